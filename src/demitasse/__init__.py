@@ -1,0 +1,21 @@
+"""demitasse: smaller, faster sentence embeddings, with proof of what quality was kept."""
+
+from demitasse.errors import CompressorError, DataError, DemitasseError, ModelNotFoundError
+
+__all__ = [
+    "CompressorError",
+    "DataError",
+    "DemitasseError",
+    "ModelNotFoundError",
+    "load_encoder",
+]
+
+
+def __getattr__(name: str) -> object:
+    # torch and transformers load only when an encoder is asked for, so `demitasse --help`
+    # and the compressors on precomputed vectors stay quick to start.
+    if name == "load_encoder":
+        from demitasse.encoders import load_encoder
+
+        return load_encoder
+    raise AttributeError(f"module 'demitasse' has no attribute {name!r}")

@@ -1,0 +1,113 @@
+"""Precomputed embedding matrices (e.g. from an embedding API) and their sanity checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from demitasse.data._tables import missing_columns
+from demitasse.data._text import require_file
+from demitasse.errors import DataError
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    with path.open("rb") as f:
+        # np.load would try to unpickle anything without this prefix.
+        if f.read(6) != b"\x93NUMPY":
+            raise DataError(f"{path}: not a readable .npy file (no NumPy header)")
+    try:
+        # Memory-mapped so a 10M x 768 file costs no RAM until read; never unpickle.
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as exc:
+        if "pickle" in str(exc).lower():
+            raise DataError(f"{path}: holds Python objects, not numbers") from exc
+        raise DataError(f"{path}: not a readable .npy file ({exc})") from exc
+    except (OSError, EOFError) as exc:
+        raise DataError(f"{path}: not a readable .npy file ({exc})") from exc
+    if not isinstance(array, np.ndarray):
+        raise DataError(f"{path}: not a .npy array")
+    if array.dtype.kind not in "fiu":
+        raise DataError(f"{path}: dtype {array.dtype} is not numeric")
+    return array
+
+
+def _load_parquet(path: Path, column: str) -> np.ndarray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+        if column not in schema.names:
+            raise missing_columns(path, [column], schema.names)
+        array = pq.read_table(path, columns=[column]).column(column).combine_chunks()
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(f"{path}: not a readable Parquet file ({exc})") from exc
+    kind = array.type
+    if not (
+        pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+    ):
+        raise DataError(f"{path}: column {column!r} has type {kind}, expected a list of numbers")
+    value_type = kind.value_type
+    if not (pa.types.is_floating(value_type) or pa.types.is_integer(value_type)):
+        raise DataError(f"{path}: column {column!r} holds {value_type} values, not numbers")
+    if array.null_count:
+        row = pc.index(pc.is_null(array), True).as_py()
+        raise DataError(f"{path}: row {row} of column {column!r} is null")
+    if len(array) == 0:
+        return np.zeros((0, 0), dtype=np.float32)
+    lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
+    ragged = np.flatnonzero(lengths != lengths[0])
+    if ragged.size:
+        row = int(ragged[0])
+        raise DataError(f"{path}: row {row} has {lengths[row]} values, but row 0 has {lengths[0]}")
+    values = array.flatten()  # respects slicing, unlike .values
+    if values.null_count:
+        row = int(np.flatnonzero(pc.is_null(values).to_numpy(zero_copy_only=False))[0])
+        raise DataError(f"{path}: row {row // lengths[0]} contains a null value")
+    flat = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    return flat.reshape(len(array), int(lengths[0]))
+
+
+def load_embeddings(path: str | Path, column: str = "embedding") -> np.ndarray:
+    """An (n, d) embedding matrix from ``.npy`` (memory-mapped, dtype kept) or ``.parquet``.
+
+    Parquet ``column`` must hold equal-length lists of numbers; it is read as float32.
+    """
+    path = require_file(path)
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        matrix = _load_npy(path)
+    elif suffix == ".parquet":
+        matrix = _load_parquet(path, column)
+    else:
+        raise DataError(f"{path}: unsupported embedding file type; use .npy or .parquet")
+    if matrix.ndim != 2:
+        raise DataError(
+            f"{path}: expected a 2-D (rows x dimensions) array, got shape {matrix.shape}"
+        )
+    if matrix.shape[0] == 0 or matrix.shape[1] == 0:
+        raise DataError(f"{path}: empty embedding matrix, shape {matrix.shape}")
+    return matrix
+
+
+def check_finite(
+    X: np.ndarray,  # noqa: N803 - the conventional name for a data matrix
+    name: str = "embeddings",
+    chunk_rows: int = 65536,
+) -> None:
+    """Raise DataError naming the first row (0-based) holding NaN or inf.
+
+    Scans ``chunk_rows`` rows at a time so a memory-mapped matrix is never read whole.
+    """
+    if X.dtype.kind in "iub":  # integers cannot be NaN or inf
+        return
+    rows = X.reshape(1) if X.ndim == 0 else X
+    for start in range(0, rows.shape[0], chunk_rows):
+        block = np.asarray(rows[start : start + chunk_rows])
+        finite = np.isfinite(block)
+        if not finite.all():
+            bad_rows = ~finite.reshape(len(block), -1).all(axis=1)
+            row = start + int(np.argmax(bad_rows))
+            raise DataError(f"{name} contain NaN or inf (first at row {row})")

@@ -1,0 +1,95 @@
+"""User-supplied files: scored sentence pairs and unlabeled text."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from demitasse.data._tables import file_stem, iter_table, table_kind
+from demitasse.data._text import iter_lines, require_file
+from demitasse.data.pairs import ScoredPairs
+from demitasse.errors import DataError
+
+
+def _nonempty_file(path: str | Path) -> Path:
+    path = require_file(path)
+    if path.stat().st_size == 0:
+        raise DataError(f"{path}: file is empty")
+    return path
+
+
+def _score(value: Any, path: Path, where: str, column: str) -> float:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise DataError(f"{path}: {where}: {column!r} is missing")
+    if isinstance(value, bool):  # float(True) == 1.0 would hide a wrong column
+        raise DataError(f"{path}: {where}: {column!r} is {value!r}, not a number")
+    try:
+        score = float(value)
+    except (TypeError, ValueError):
+        raise DataError(f"{path}: {where}: {column!r} is {value!r}, not a number") from None
+    if not math.isfinite(score):
+        raise DataError(f"{path}: {where}: {column!r} is {value!r}, not a finite number")
+    return score
+
+
+def _sentence(value: Any, path: Path, where: str, column: str) -> str:
+    if value is None:
+        raise DataError(f"{path}: {where}: {column!r} is missing")
+    return value if isinstance(value, str) else str(value)
+
+
+def load_scored_pairs(
+    path: str | Path,
+    sentence1_column: str = "sentence1",
+    sentence2_column: str = "sentence2",
+    score_column: str = "score",
+    name: str | None = None,
+) -> ScoredPairs:
+    """Scored pairs from a .csv / .tsv (with header), .jsonl(.gz) or .parquet file."""
+    path = _nonempty_file(path)
+    columns = [sentence1_column, sentence2_column, score_column]
+    s1: list[str] = []
+    s2: list[str] = []
+    scores: list[float] = []
+    for where, (a, b, score) in iter_table(path, columns):
+        s1.append(_sentence(a, path, where, sentence1_column))
+        s2.append(_sentence(b, path, where, sentence2_column))
+        scores.append(_score(score, path, where, score_column))
+    if not scores:
+        raise DataError(f"{path}: no rows")
+    return ScoredPairs(name or file_stem(path), s1, s2, np.asarray(scores))
+
+
+def read_texts(path: str | Path, column: str = "text", limit: int | None = None) -> list[str]:
+    """Unlabeled texts, stripped, blanks skipped, at most ``limit``.
+
+    ``.txt`` / ``.txt.gz`` hold one text per line; .jsonl(.gz), .parquet, .csv and .tsv files
+    hold them in ``column``.
+    """
+    if limit is not None and limit < 1:
+        raise DataError(f"text limit must be a positive number, got {limit}")
+    path = _nonempty_file(path)
+    if path.name.lower().removesuffix(".gz").endswith(".txt"):
+        values: Any = (line for _, line in iter_lines(path))
+    elif table_kind(path) is not None:
+        values = (value for _, (value,) in iter_table(path, [column]))
+    else:
+        raise DataError(
+            f"{path}: unsupported file type; use .txt, .txt.gz, .jsonl, .jsonl.gz, .parquet, "
+            ".csv or .tsv"
+        )
+    texts: list[str] = []
+    for value in values:
+        if value is None:
+            continue
+        text = (value if isinstance(value, str) else str(value)).strip()
+        if text:
+            texts.append(text)
+            if limit is not None and len(texts) >= limit:
+                break
+    if not texts:
+        raise DataError(f"{path}: no text found")
+    return texts

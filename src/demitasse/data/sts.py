@@ -1,0 +1,207 @@
+"""Loaders for the STS benchmarks in their published SentEval layout.
+
+Files are split on TAB by hand, never with ``csv`` quoting: quotes occur inside sentences
+(STS15 answers-students starts fields with ``"``), and quote handling would merge lines.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from demitasse.data._text import read_lines
+from demitasse.data.pairs import ScoredPairs, concat_pairs
+from demitasse.data.paths import resolve_data_dir
+from demitasse.errors import DataError
+
+STS_SUITE: tuple[str, ...] = ("STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R")
+
+_HINT = "is --data-dir the shared data folder?"
+_ALIASES: dict[str, str] = {
+    **{f"sts{y}": f"STS{y}" for y in range(12, 17)},
+    **{f"sts20{y}": f"STS{y}" for y in range(12, 17)},
+    "stsb": "STS-B",
+    "stsbenchmark": "STS-B",
+    "sickr": "SICK-R",
+    "sick": "SICK-R",
+}
+_STSB_SPLITS = {"train": "train", "dev": "dev", "validation": "dev", "test": "test"}
+_SICK_SPLITS = {
+    "train": "train",
+    "trial": "trial",
+    "dev": "trial",
+    "validation": "trial",
+    "test": "test",
+}
+_SICK_FILES = {
+    "train": "SICK_train.txt",
+    "trial": "SICK_trial.txt",
+    "test": "SICK_test_annotated.txt",
+}
+
+
+def canonical_sts_name(name: str) -> str:
+    """``"sts12"``, ``"stsb"``, ``"SICK-R"`` … → the suite spelling (``"STS12"``, ``"STS-B"``)."""
+    key = "".join(ch for ch in name.lower() if ch.isalnum())
+    if key not in _ALIASES:
+        raise DataError(f"unknown STS set {name!r}: choose from {', '.join(STS_SUITE)}")
+    return _ALIASES[key]
+
+
+def split_name(base: str, split: str) -> str:
+    """Test splits carry the bare suite name; other splits are ``"<base>/<split>"``."""
+    return base if split == "test" else f"{base}/{split}"
+
+
+def _senteval_root(root: Path) -> Path:
+    # Accept the shared data folder or its senteval/ subfolder.
+    if not (root / "senteval").is_dir() and ((root / "STS").is_dir() or (root / "SICK").is_dir()):
+        return root
+    return root / "senteval"
+
+
+def _parse_score(text: str, path: Path, lineno: int) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise DataError(f"{path}: line {lineno}: score {text.strip()!r} is not a number") from None
+    if not math.isfinite(value):
+        raise DataError(f"{path}: line {lineno}: score {text.strip()!r} is not finite")
+    return value
+
+
+def _read_senteval_subset(name: str, input_path: Path) -> ScoredPairs:
+    gold_path = input_path.with_name(input_path.name.replace("STS.input.", "STS.gs.", 1))
+    if not gold_path.is_file():
+        raise DataError(f"{input_path}: gold file {gold_path.name} is missing")
+    inputs, golds = read_lines(input_path), read_lines(gold_path)
+    if len(inputs) != len(golds):
+        raise DataError(
+            f"{input_path} has {len(inputs)} lines but {gold_path.name} has {len(golds)}"
+        )
+    s1: list[str] = []
+    s2: list[str] = []
+    scores: list[float] = []
+    for lineno, (line, gold) in enumerate(zip(inputs, golds, strict=True), start=1):
+        if not gold.strip():  # no gold score for this pair: SentEval skips it
+            continue
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise DataError(
+                f"{input_path}: line {lineno}: expected 2 tab-separated sentences, "
+                f"found {len(fields)} fields"
+            )
+        scores.append(_parse_score(gold, gold_path, lineno))
+        s1.append(fields[0])
+        s2.append(fields[1])
+    return ScoredPairs(name, s1, s2, np.asarray(scores))
+
+
+def load_senteval_sts(year: int, data_dir: str | Path | None = None) -> ScoredPairs:
+    """SemEval STS ``year`` (12-16) test sets, subsets concatenated in name order ("all")."""
+    yy = year - 2000 if 2012 <= year <= 2016 else year
+    if not 12 <= yy <= 16:
+        raise DataError(f"no SemEval STS set for year {year}: expected 12-16 or 2012-2016")
+    name = f"STS{yy}"
+    folder = _senteval_root(resolve_data_dir(data_dir)) / "STS" / f"{name}-en-test"
+    inputs = sorted(folder.glob("STS.input.*.txt")) if folder.is_dir() else []
+    if not inputs:
+        raise DataError(f"no {name} files in {folder} (expected STS.input.*.txt); {_HINT}")
+    return concat_pairs(name, [_read_senteval_subset(name, p) for p in inputs])
+
+
+def normalize_split(canonical: str, split: str) -> str:
+    """The split's name as used for ``canonical`` (``"validation"`` → ``"dev"`` for STS-B …)."""
+    allowed = {"STS-B": _STSB_SPLITS, "SICK-R": _SICK_SPLITS}.get(canonical, {"test": "test"})
+    key = allowed.get(split.lower())
+    if key is None:
+        choices = ", ".join(dict.fromkeys(allowed.values()))
+        raise DataError(f"{canonical} has no split {split!r}: choose from {choices}")
+    return key
+
+
+def load_stsb(split: str = "test", data_dir: str | Path | None = None) -> ScoredPairs:
+    """STS Benchmark ``train`` / ``dev`` / ``test`` from ``sts-<split>.csv`` (TAB-separated)."""
+    split = normalize_split("STS-B", split)
+    path = _senteval_root(resolve_data_dir(data_dir)) / "STS" / "STSBenchmark" / f"sts-{split}.csv"
+    if not path.is_file():
+        raise DataError(f"no STS-B file {path}; {_HINT}")
+    s1: list[str] = []
+    s2: list[str] = []
+    scores: list[float] = []
+    for lineno, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        # genre, file, year, id, score, sent1, sent2[, source columns we do not need]
+        fields = line.split("\t")
+        if len(fields) < 7:
+            raise DataError(
+                f"{path}: line {lineno}: expected at least 7 tab-separated columns, "
+                f"found {len(fields)}"
+            )
+        scores.append(_parse_score(fields[4], path, lineno))
+        s1.append(fields[5])
+        s2.append(fields[6])
+    if not scores:
+        raise DataError(f"{path}: no sentence pairs")
+    return ScoredPairs(split_name("STS-B", split), s1, s2, np.asarray(scores))
+
+
+def load_sickr(split: str = "test", data_dir: str | Path | None = None) -> ScoredPairs:
+    """SICK relatedness (SICK-R) ``train`` / ``trial`` / ``test``."""
+    split = normalize_split("SICK-R", split)
+    path = _senteval_root(resolve_data_dir(data_dir)) / "SICK" / _SICK_FILES[split]
+    if not path.is_file():
+        raise DataError(f"no SICK-R file {path}; {_HINT}")
+    lines = read_lines(path)
+    header = lines[0].split("\t") if lines else []
+    wanted = ("sentence_A", "sentence_B", "relatedness_score")
+    missing = [c for c in wanted if c not in header]
+    if missing:
+        raise DataError(f"{path}: header lacks {', '.join(missing)}")
+    ia, ib, iscore = (header.index(c) for c in wanted)
+    width = max(ia, ib, iscore) + 1
+    s1: list[str] = []
+    s2: list[str] = []
+    scores: list[float] = []
+    for lineno, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) < width:
+            raise DataError(
+                f"{path}: line {lineno}: expected {len(header)} tab-separated columns, "
+                f"found {len(fields)}"
+            )
+        scores.append(_parse_score(fields[iscore], path, lineno))
+        s1.append(fields[ia])
+        s2.append(fields[ib])
+    if not scores:
+        raise DataError(f"{path}: no sentence pairs")
+    return ScoredPairs(split_name("SICK-R", split), s1, s2, np.asarray(scores))
+
+
+def load_sts(name: str, data_dir: str | Path | None = None, split: str = "test") -> ScoredPairs:
+    """A suite member by name, case-insensitive: "sts12", "STS-B", "stsb", "sickr", …"""
+    canonical = canonical_sts_name(name)
+    if canonical == "STS-B":
+        return load_stsb(split, data_dir)
+    if canonical == "SICK-R":
+        return load_sickr(split, data_dir)
+    normalize_split(canonical, split)
+    return load_senteval_sts(int(canonical[3:]), data_dir)
+
+
+def load_sts_suite(
+    data_dir: str | Path | None = None, names: Iterable[str] = STS_SUITE
+) -> dict[str, ScoredPairs]:
+    """The test splits of ``names`` (default: the whole suite), keyed by suite name, in order."""
+    root = resolve_data_dir(data_dir)
+    suite: dict[str, ScoredPairs] = {}
+    for name in names:
+        canonical = canonical_sts_name(name)
+        suite[canonical] = load_sts(canonical, root)
+    return suite

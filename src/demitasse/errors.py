@@ -1,0 +1,23 @@
+"""User-facing errors.
+
+Anything a user can cause (bad files, bad options, unknown models) raises a subclass of
+:class:`DemitasseError` with a one-line message; the CLI prints it and exits with code 2.
+"""
+
+from __future__ import annotations
+
+
+class DemitasseError(Exception):
+    """A problem with the user's input or environment, explained in one line."""
+
+
+class DataError(DemitasseError):
+    """Missing, empty or malformed data files or arrays."""
+
+
+class ModelNotFoundError(DemitasseError):
+    """A model name that resolves to nothing loadable."""
+
+
+class CompressorError(DemitasseError):
+    """Invalid use of a compressor, or a corrupt saved compressor."""
