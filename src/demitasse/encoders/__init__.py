@@ -1,0 +1,23 @@
+"""Encoders: texts in, per-layer float32 sentence embeddings out."""
+
+from demitasse.encoders.base import Encoder
+from demitasse.encoders.resolve import (
+    DEFAULT_MODEL,
+    PACKAGED_MODELS,
+    ResolvedModel,
+    cache_root,
+    resolve_model,
+)
+from demitasse.encoders.transformer import TransformerEncoder, load_encoder, pool
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "PACKAGED_MODELS",
+    "Encoder",
+    "ResolvedModel",
+    "TransformerEncoder",
+    "cache_root",
+    "load_encoder",
+    "pool",
+    "resolve_model",
+]

@@ -1,0 +1,29 @@
+"""The encoder contract every text encoder of demitasse follows (transformer, layer-cut, static)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class Encoder(Protocol):
+    """Turns texts into float32 sentence embeddings, optionally from an intermediate layer."""
+
+    name: str
+    dim: int
+    num_layers: int
+
+    def encode(
+        self, texts: Sequence[str], layer: int | None = None, batch_size: int = 32
+    ) -> np.ndarray:
+        """Embeddings ``[len(texts), dim]`` of ``layer`` (1-based; ``None`` = last layer)."""
+        ...
+
+    def encode_layers(
+        self, texts: Sequence[str], layers: Sequence[int] | None = None, batch_size: int = 32
+    ) -> dict[int, np.ndarray]:
+        """Embeddings of several layers from one forward pass, keyed by 1-based layer."""
+        ...

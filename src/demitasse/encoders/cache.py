@@ -1,0 +1,111 @@
+"""On-disk embedding cache.
+
+Keyed by model identity (a directory per model + pooling + normalisation), then layer and a
+hash of the text. Each ``encode`` call that computes new vectors appends one shard file holding
+the text hashes and one array per layer; shards are written atomically, so an interrupted run
+leaves only complete shards behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load_file, save_file
+
+from demitasse.io import atomic_path
+
+HASH_BYTES = 16
+
+
+def text_hash(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=HASH_BYTES).digest()
+
+
+def fingerprint_directory(path: Path) -> str:
+    """A cheap identity for a model directory: small files whole, large files by size and ends."""
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(str(file.relative_to(path)).encode())
+        size = file.stat().st_size
+        digest.update(size.to_bytes(8, "little"))
+        with file.open("rb") as handle:
+            if size <= 4 << 20:
+                digest.update(handle.read())
+            else:
+                digest.update(handle.read(1 << 20))
+                handle.seek(size - (1 << 20))
+                digest.update(handle.read())
+    return digest.hexdigest()[:20]
+
+
+class EmbeddingCache:
+    """Per-layer sentence embeddings of one model configuration, stored as safetensors shards."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self._index: dict[tuple[int, bytes], tuple[Path, int]] | None = None
+        self._arrays: dict[Path, dict[str, np.ndarray]] = {}
+
+    def _load_shard(self, shard: Path) -> dict[str, np.ndarray] | None:
+        if shard not in self._arrays:
+            try:
+                self._arrays[shard] = load_file(shard)
+            except (SafetensorError, OSError, ValueError):
+                return None  # an unreadable shard is a cache miss, never an error
+        return self._arrays[shard]
+
+    def _build_index(self) -> dict[tuple[int, bytes], tuple[Path, int]]:
+        if self._index is None:
+            self._index = {}
+            for shard in sorted(self.directory.glob("shard-*.safetensors")):
+                self._add_to_index(shard)
+        return self._index
+
+    def _add_to_index(self, shard: Path) -> None:
+        arrays = self._load_shard(shard)
+        if arrays is None or "hashes" not in arrays:
+            return
+        layers = [int(k.split("_")[1]) for k in arrays if k.startswith("layer_")]
+        assert self._index is not None
+        for row, digest in enumerate(arrays["hashes"]):
+            key = bytes(digest)
+            for layer in layers:
+                self._index[(layer, key)] = (shard, row)
+
+    def fill(self, texts: Sequence[str], out: dict[int, np.ndarray]) -> list[int]:
+        """Copy cached vectors into the rows of ``out`` (one array per layer).
+
+        Returns the indices of texts not cached for every requested layer; their rows are
+        left untouched.
+        """
+        index = self._build_index()
+        missing = []
+        for i, text in enumerate(texts):
+            digest = text_hash(text)
+            hits = [index.get((layer, digest)) for layer in out]
+            if any(hit is None for hit in hits):
+                missing.append(i)
+                continue
+            for (layer, matrix), (shard, row) in zip(out.items(), hits, strict=True):  # type: ignore[misc]
+                matrix[i] = self._arrays[shard][f"layer_{layer}"][row]
+        return missing
+
+    def store(self, texts: Sequence[str], embeddings: dict[int, np.ndarray]) -> None:
+        if not texts:
+            return
+        arrays = {"hashes": np.frombuffer(b"".join(text_hash(t) for t in texts), dtype=np.uint8)}
+        arrays["hashes"] = arrays["hashes"].reshape(len(texts), HASH_BYTES)
+        for layer, matrix in embeddings.items():
+            arrays[f"layer_{layer}"] = np.ascontiguousarray(matrix, dtype=np.float32)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        shard = self.directory / f"shard-{uuid.uuid4().hex}.safetensors"
+        with atomic_path(shard) as tmp:
+            save_file(arrays, str(tmp))
+        self._arrays[shard] = arrays
+        self._build_index()
+        self._add_to_index(shard)

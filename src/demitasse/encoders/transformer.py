@@ -1,0 +1,211 @@
+"""Sentence-transformers / Hugging Face encoders with the pooled embedding of every layer."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from demitasse.encoders.cache import EmbeddingCache, fingerprint_directory
+from demitasse.encoders.resolve import DEFAULT_MODEL, cache_root, resolve_model
+from demitasse.errors import DataError, DemitasseError
+
+POOLINGS = ("mean", "cls", "max", "lasttoken")
+PROGRESS_MIN_TEXTS = 2048
+
+
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """Pool token states ``[batch, tokens, dim]`` into sentence vectors ``[batch, dim]``."""
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    if pooling == "mean":
+        return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+    if pooling == "cls":
+        return hidden[:, 0]
+    if pooling == "max":
+        return hidden.masked_fill(mask == 0, torch.finfo(hidden.dtype).min).max(1).values
+    if pooling == "lasttoken":
+        last = attention_mask.sum(1) - 1
+        return hidden[torch.arange(hidden.shape[0]), last]
+    raise DemitasseError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
+
+
+def _pooling_of(module: torch.nn.Module) -> str:
+    """The pooling mode of a sentence-transformers Pooling module, across library versions."""
+    mode = getattr(module, "pooling_mode", None)
+    if mode is None and hasattr(module, "get_pooling_mode_str"):
+        mode = module.get_pooling_mode_str()
+    mode = {"mean_tokens": "mean", "cls_token": "cls", "max_tokens": "max"}.get(mode, mode)
+    if mode not in POOLINGS:
+        raise DemitasseError(f"unsupported pooling mode {mode!r} in the model's Pooling module")
+    return str(mode)
+
+
+def _layer_stack(model: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:
+    """The module holding the transformer blocks as a ModuleList, for cutting the model."""
+    for owner_name in ("encoder", "transformer", "model"):
+        owner = getattr(model, owner_name, None)
+        for attr in ("layer", "layers", "h"):
+            if isinstance(getattr(owner, attr, None), torch.nn.ModuleList):
+                return owner, attr
+    return None
+
+
+class TransformerEncoder:
+    """A transformer sentence encoder that exposes every layer's pooled embedding.
+
+    One forward pass yields all layers; a request for layers up to ``k`` runs only the first
+    ``k`` blocks, so a layer cut costs what it would cost deployed.
+    """
+
+    def __init__(
+        self,
+        name_or_path: str | Path = DEFAULT_MODEL,
+        *,
+        pooling: str | None = None,
+        normalize: bool | None = None,
+        max_seq_length: int | None = None,
+        device: str | None = None,
+        cache: bool = True,
+        cache_dir: str | Path | None = None,
+        show_progress: bool | None = None,
+    ) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        resolved = resolve_model(name_or_path)
+        self.name = resolved.name
+        self.path = resolved.path
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        try:
+            model = SentenceTransformer(str(resolved.path), device=self.device)
+        except Exception as exc:
+            raise DemitasseError(f"cannot load model from {resolved.path}: {exc}") from None
+        modules = list(model)
+        self._transformer = modules[0]
+        self.tokenizer = self._transformer.tokenizer
+        self.model = self._transformer.auto_model.eval()
+        pooling_modules = [m for m in modules[1:] if type(m).__name__ == "Pooling"]
+        self.pooling = pooling or (_pooling_of(pooling_modules[0]) if pooling_modules else "mean")
+        if self.pooling not in POOLINGS:
+            raise DemitasseError(f"unknown pooling {self.pooling!r}; choose one of {POOLINGS}")
+        has_normalize = any(type(m).__name__ == "Normalize" for m in modules)
+        self.normalize = has_normalize if normalize is None else normalize
+        self.max_seq_length = int(max_seq_length or self._transformer.max_seq_length or 512)
+        self.do_lower_case = bool(getattr(self._transformer, "do_lower_case", False))
+        self.num_layers = int(self.model.config.num_hidden_layers)
+        self.dim = int(self.model.config.hidden_size)
+        self.show_progress = show_progress
+        self._cache: EmbeddingCache | None = None
+        if cache:
+            key = "-".join(
+                [
+                    self.name,
+                    fingerprint_directory(resolved.path),
+                    self.pooling,
+                    "norm" if self.normalize else "raw",
+                    str(self.max_seq_length),
+                ]
+            )
+            root = Path(cache_dir) if cache_dir else cache_root() / "embeddings"
+            self._cache = EmbeddingCache(root / key)
+
+    def __repr__(self) -> str:
+        return (
+            f"TransformerEncoder({self.name!r}, layers={self.num_layers}, dim={self.dim}, "
+            f"pooling={self.pooling!r}, normalize={self.normalize})"
+        )
+
+    def _check_layers(self, layers: Sequence[int] | None) -> list[int]:
+        if layers is None:
+            return list(range(1, self.num_layers + 1))
+        bad = [layer for layer in layers if not 1 <= int(layer) <= self.num_layers]
+        if bad:
+            raise DemitasseError(
+                f"layer {bad[0]} does not exist: {self.name} has layers 1..{self.num_layers}"
+            )
+        return sorted({int(layer) for layer in layers})
+
+    def encode(
+        self, texts: Sequence[str], layer: int | None = None, batch_size: int = 32
+    ) -> np.ndarray:
+        layer = self.num_layers if layer is None else layer
+        return self.encode_layers(texts, [layer], batch_size=batch_size)[layer]
+
+    def encode_layers(
+        self, texts: Sequence[str], layers: Sequence[int] | None = None, batch_size: int = 32
+    ) -> dict[int, np.ndarray]:
+        if isinstance(texts, str):
+            raise DataError("encode expects a list of texts, not a single string")
+        texts = [str(t) for t in texts]
+        wanted = self._check_layers(layers)
+        out = {layer: np.empty((len(texts), self.dim), dtype=np.float32) for layer in wanted}
+        missing = self._cache.fill(texts, out) if self._cache else list(range(len(texts)))
+        if missing:
+            unique = list(dict.fromkeys(texts[i] for i in missing))
+            computed = self._forward_all(unique, wanted, batch_size)
+            row_of = {text: row for row, text in enumerate(unique)}
+            rows = [row_of[texts[i]] for i in missing]
+            for layer in wanted:
+                out[layer][missing] = computed[layer][rows]
+            if self._cache:
+                self._cache.store(unique, computed)
+        return out
+
+    @contextlib.contextmanager
+    def _cut_to(self, depth: int) -> Iterator[None]:
+        stack = _layer_stack(self.model)
+        if stack is None or depth >= self.num_layers:
+            yield
+            return
+        owner, attr = stack
+        full = getattr(owner, attr)
+        setattr(owner, attr, torch.nn.ModuleList(list(full)[:depth]))
+        try:
+            yield
+        finally:
+            setattr(owner, attr, full)
+
+    def _tokenize(self, batch: list[str]) -> dict[str, torch.Tensor]:
+        batch = [t.strip() for t in batch]
+        if self.do_lower_case:
+            batch = [t.lower() for t in batch]
+        features = self.tokenizer(
+            batch,
+            padding=True,
+            truncation="longest_first",
+            max_length=self.max_seq_length,
+            return_tensors="pt",
+        )
+        return {k: v.to(self.device) for k, v in features.items()}
+
+    def _forward_all(
+        self, texts: list[str], layers: list[int], batch_size: int
+    ) -> dict[int, np.ndarray]:
+        """Encode ``texts`` (longest first, so batches pad little) and pool each layer."""
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        out = {layer: np.empty((len(texts), self.dim), dtype=np.float32) for layer in layers}
+        show = self.show_progress
+        if show is None:
+            show = len(texts) >= PROGRESS_MIN_TEXTS and not os.environ.get("DEMITASSE_QUIET")
+        depth = max(layers)
+        starts = range(0, len(texts), batch_size)
+        with torch.inference_mode(), self._cut_to(depth):
+            for start in tqdm(starts, desc=f"encoding with {self.name}", disable=not show):
+                idx = order[start : start + batch_size]
+                features = self._tokenize([texts[i] for i in idx])
+                hidden = self.model(**features, output_hidden_states=True).hidden_states
+                for layer in layers:
+                    vectors = pool(hidden[layer], features["attention_mask"], self.pooling)
+                    if self.normalize:
+                        vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
+                    out[layer][idx] = vectors.float().cpu().numpy()
+        return out
+
+
+def load_encoder(name_or_path: str | Path = DEFAULT_MODEL, **kwargs: object) -> TransformerEncoder:
+    """Load a sentence encoder by local path, packaged model name or hub id."""
+    return TransformerEncoder(name_or_path, **kwargs)  # type: ignore[arg-type]
