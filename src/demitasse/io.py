@@ -25,7 +25,7 @@ def atomic_path(target: str | Path, suffix: str = "") -> Iterator[Path]:
     tmp = Path(tmp_name)
     try:
         yield tmp
-        os.replace(tmp, target)
+        tmp.replace(target)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -39,7 +39,7 @@ def atomic_write_text(target: str | Path, text: str) -> None:
     atomic_write_bytes(target, text.encode("utf-8"))
 
 
-def atomic_write_json(target: str | Path, obj: Any) -> None:  # noqa: ANN401
+def atomic_write_json(target: str | Path, obj: Any) -> None:
     atomic_write_text(target, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -59,10 +59,22 @@ def atomic_directory(target: str | Path) -> Iterator[Path]:
         if target.exists():
             old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old."))
             old.rmdir()
-            os.replace(target, old)
-        os.replace(tmp, target)
+            target.replace(old)
+        tmp.replace(target)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_npy(target: str | Path, shape: tuple[int, ...], dtype: str = "float32") -> Iterator[Any]:
+    """Yield a memory-mapped ``.npy`` array to fill; it appears at ``target`` only when done."""
+    import numpy as np
+
+    with atomic_path(target, suffix=".npy") as tmp:
+        array = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+        yield array
+        array.flush()
+        del array

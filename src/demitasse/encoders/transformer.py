@@ -75,7 +75,9 @@ class TransformerEncoder:
         show_progress: bool | None = None,
     ) -> None:
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()  # one bar per weight file is noise, not progress
         resolved = resolve_model(name_or_path)
         self.name = resolved.name
         self.path = resolved.path

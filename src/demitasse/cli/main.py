@@ -1,0 +1,256 @@
+"""``demitasse`` commands. Each one parses options, calls the library and prints where results went.
+
+User mistakes end in one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from demitasse.errors import DemitasseError
+
+DEFAULT_DIMS = "384,256,128,64,32,16,8"
+STSB_TRAIN = "stsb-train"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"demitasse: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="demitasse", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    evaluate = commands.add_parser("eval", help="evaluate encoder × compressor × dim × precision")
+    evaluate.add_argument("--model", default=None, help="model name or directory")
+    evaluate.add_argument("--layers", default="last", help="'all', 'last' or e.g. 1,3,6")
+    evaluate.add_argument("--compressor", default="none", help="none,truncate,pca,pca-abtt,...")
+    evaluate.add_argument("--dims", default=DEFAULT_DIMS)
+    evaluate.add_argument(
+        "--fit-data",
+        default=STSB_TRAIN,
+        help=f"text file to fit compressors on, or '{STSB_TRAIN}' (STS-B train sentences)",
+    )
+    evaluate.add_argument("--precision", default="float32", help="float32,int8,binary")
+    evaluate.add_argument(
+        "--datasets",
+        default="all",
+        help="'all' (STS12-16, STS-B, SICK-R), names like sts12,stsb, or scored-pair files",
+    )
+    evaluate.add_argument("--limit", type=int, default=None, help="use only the first N pairs")
+    _common(evaluate)
+
+    fit = commands.add_parser("fit", help="fit a compressor on precomputed vectors and save it")
+    fit.add_argument("--method", required=True, help="truncate, pca, pca-abtt, pca:whiten=true…")
+    fit.add_argument("--dim", type=int, default=None, help="largest output dimension")
+    fit.add_argument("--input", required=True, help="vectors: .npy or Parquet list column")
+    fit.add_argument("--column", default="embedding", help="Parquet column with the vectors")
+    fit.add_argument("--out", required=True, help="directory to save the compressor in")
+
+    transform = commands.add_parser("transform", help="compress vectors with a saved compressor")
+    transform.add_argument("--compressor", required=True, help="directory written by 'fit'")
+    transform.add_argument("--input", required=True, help="vectors: .npy or Parquet list column")
+    transform.add_argument("--column", default="embedding")
+    transform.add_argument("--dim", type=int, default=None)
+    transform.add_argument("--output", required=True, help=".npy file to write")
+
+    demo = commands.add_parser("demo", help="truncation vs PCA at float32 and int8 on STS")
+    demo.add_argument("--model", default=None)
+    _common(demo)
+    return parser
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", default=None, help="shared data folder ($DEMITASSE_DATA)")
+    parser.add_argument("--out", default=None, help="output directory")
+    parser.add_argument("--batch-size", type=int, default=64)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        runners = {
+            "demo": _run_demo,
+            "eval": _run_eval,
+            "fit": _run_fit,
+            "transform": _run_transform,
+        }
+        return runners[args.command](args)
+    except DemitasseError as exc:
+        print(f"demitasse: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"demitasse: error: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("demitasse: interrupted; finished outputs are intact", file=sys.stderr)
+        return 130
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _load_suite(spec: str, data_dir: str | None, limit: int | None) -> dict:
+    from demitasse.data import STS_SUITE, load_scored_pairs, load_sts
+
+    names = STS_SUITE if spec == "all" else [s.strip() for s in spec.split(",") if s.strip()]
+    suite = {}
+    for name in names:
+        pairs = load_scored_pairs(name) if Path(name).suffix else load_sts(name, data_dir)
+        suite[pairs.name] = pairs.head(limit) if limit else pairs
+    return suite
+
+
+def _fit_texts(spec: str, data_dir: str | None) -> list[str]:
+    from demitasse.data import load_stsb, read_texts
+
+    if spec == STSB_TRAIN:
+        return load_stsb("train", data_dir).texts()
+    return read_texts(spec)
+
+
+def _parse_layers(text: str) -> list[int] | None:
+    """Layers to evaluate; ``None`` means all, ``[]`` the last one."""
+    from demitasse.evaluation.grid import parse_int_list
+
+    if text == "all":
+        return None
+    if text == "last":
+        return []
+    return parse_int_list(text, "--layers")
+
+
+def _evaluate_and_report(
+    *,
+    model: str | None,
+    layers: str,
+    compressors: str,
+    dims: str,
+    precisions: str,
+    fit_data: str,
+    datasets: str,
+    data_dir: str | None,
+    out: Path,
+    limit: int | None,
+    batch_size: int,
+) -> Path:
+    from demitasse.encoders import DEFAULT_MODEL, load_encoder
+    from demitasse.evaluation.grid import (
+        evaluate_sts_grid,
+        parse_compressor_specs,
+        parse_int_list,
+        parse_precisions,
+    )
+    from demitasse.evaluation.records import write_records
+    from demitasse.report import plot_sts_vs_dim, sts_table
+
+    # Parse everything and read the data before the slow model load, so mistakes fail fast.
+    specs = parse_compressor_specs(compressors)
+    dim_list = parse_int_list(dims, "--dims")
+    precision_list = parse_precisions(precisions)
+    layer_list = _parse_layers(layers)
+    suite = _load_suite(datasets, data_dir, limit)
+    fit_texts = _fit_texts(fit_data, data_dir)
+    encoder = load_encoder(model or DEFAULT_MODEL)
+    started = time.perf_counter()
+    records = evaluate_sts_grid(
+        encoder,
+        suite,
+        specs=specs,
+        dims=dim_list,
+        precisions=precision_list,
+        layers=list(range(1, encoder.num_layers + 1)) if layer_list is None else layer_list,
+        fit_texts=fit_texts,
+        fit_data=fit_data if fit_data == STSB_TRAIN else Path(fit_data).name,
+        batch_size=batch_size,
+        log=_log if os.environ.get("DEMITASSE_VERBOSE") else lambda _: None,
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    write_records(out / "results.json", records)
+    plot = plot_sts_vs_dim(records, out / "sts_vs_dim.png", title=encoder.name)
+    print(sts_table(records))
+    print(
+        f"\n{len(records)} results in {out / 'results.json'}; plot in {plot} "
+        f"({time.perf_counter() - started:.0f} s)"
+    )
+    return out
+
+
+def _run_eval(args: argparse.Namespace) -> int:
+    _evaluate_and_report(
+        model=args.model,
+        layers=args.layers,
+        compressors=args.compressor,
+        dims=args.dims,
+        precisions=args.precision,
+        fit_data=args.fit_data,
+        datasets=args.datasets,
+        data_dir=args.data_dir,
+        out=Path(args.out or "demitasse-results"),
+        limit=args.limit,
+        batch_size=args.batch_size,
+    )
+    return 0
+
+
+def _run_fit(args: argparse.Namespace) -> int:
+    from demitasse.data import load_embeddings
+    from demitasse.evaluation.grid import parse_compressor_specs
+
+    specs = parse_compressor_specs(args.method)
+    if len(specs) != 1 or specs[0].method is None:
+        raise DemitasseError("--method takes one compressor, e.g. pca or truncate")
+    vectors = load_embeddings(args.input, column=args.column)
+    compressor = specs[0].build(vectors.shape[1], args.dim)
+    compressor.fit(vectors, fit_data=Path(args.input).name)
+    compressor.save(args.out)
+    print(f"saved {compressor.metadata} to {args.out}")
+    return 0
+
+
+def _run_transform(args: argparse.Namespace) -> int:
+    from demitasse.compress import load_compressor
+    from demitasse.data import load_embeddings
+    from demitasse.io import atomic_npy
+
+    compressor = load_compressor(args.compressor)
+    vectors = load_embeddings(args.input, column=args.column)
+    dim = args.dim or compressor.output_dim_
+    compressor.transform(vectors[:1], dim=dim)  # validates dim and width before any output
+    with atomic_npy(args.output, (vectors.shape[0], dim)) as out:
+        compressor.transform(vectors, dim=dim, out=out)
+    print(f"wrote {vectors.shape[0]} × {dim} float32 vectors to {args.output}")
+    return 0
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    print(
+        "demitasse demo: all-MiniLM-L6-v2 on STS12-16, STS-B and SICK-R; PCA fitted on STS-B "
+        "train sentences; truncation vs PCA at float32 and int8 (cached after the first run)",
+        flush=True,
+    )
+    _evaluate_and_report(
+        model=args.model,
+        layers="last",
+        compressors="truncate,pca",
+        dims=DEFAULT_DIMS,
+        precisions="float32,int8",
+        fit_data=STSB_TRAIN,
+        datasets="all",
+        data_dir=args.data_dir,
+        out=Path(args.out or "demo-results"),
+        limit=None,
+        batch_size=args.batch_size,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+# ruff: noqa: N803, N806  (scikit-learn convention: matrices are capitalised)
+"""Validation and chunked iteration for embedding matrices (dense or memory-mapped)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from numbers import Integral
+from typing import Any
+
+import numpy as np
+from numpy.typing import DTypeLike
+
+from demitasse.errors import CompressorError, DataError
+
+DEFAULT_CHUNK_ROWS = 65536
+
+
+def one_line(exc: BaseException | str) -> str:
+    """First line of an exception's message, so user-facing errors stay one line."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def is_int(value: Any) -> bool:
+    """True for Python/numpy integers, but not bools."""
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def as_matrix(X: Any, name: str = "X") -> np.ndarray:
+    """Return ``X`` as a 2-D numeric ndarray without copying ndarrays (memmaps stay memmaps)."""
+    if not isinstance(X, np.ndarray):
+        try:
+            X = np.asarray(X)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"{name} is not a numeric 2-D array: {one_line(exc)}") from None
+    if X.ndim != 2:
+        raise DataError(f"{name} must be a 2-D array [rows, features], got shape {X.shape}")
+    if X.dtype.kind not in "fiu":
+        raise DataError(f"{name} must hold floats or integers, got dtype {X.dtype}")
+    if X.shape[1] == 0:
+        raise DataError(f"{name} has no columns")
+    return X
+
+
+def check_chunk_rows(chunk_rows: Any) -> int:
+    if not is_int(chunk_rows) or chunk_rows < 1:
+        raise CompressorError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
+    return int(chunk_rows)
+
+
+def iter_row_chunks(
+    X: np.ndarray, chunk_rows: int, dtype: DTypeLike | None = None
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield ``(first_row, chunk)``; each chunk is cast to ``dtype`` so only one is in memory."""
+    for start in range(0, X.shape[0], chunk_rows):
+        chunk = X[start : start + chunk_rows]
+        yield start, (np.asarray(chunk) if dtype is None else np.asarray(chunk, dtype=dtype))
+
+
+def check_finite_chunk(chunk: np.ndarray, first_row: int, name: str = "X") -> None:
+    """Raise DataError naming the first row of ``chunk`` that holds NaN or inf."""
+    if chunk.dtype.kind != "f":
+        return
+    finite = np.isfinite(chunk)
+    if finite.all():
+        return
+    bad = int(np.argmin(finite.all(axis=1)))
+    raise DataError(f"{name} row {first_row + bad} contains NaN or inf")
+
+
+def check_finite(X: np.ndarray, chunk_rows: int = DEFAULT_CHUNK_ROWS, name: str = "X") -> None:
+    """Check a whole (possibly memory-mapped) matrix for NaN/inf in bounded memory."""
+    if X.dtype.kind != "f":
+        return
+    for start, chunk in iter_row_chunks(X, chunk_rows):
+        check_finite_chunk(chunk, start, name)
+
+
+def check_out(out: Any, shape: tuple[int, int], dtype: DTypeLike) -> np.ndarray:
+    """Validate a caller-supplied output buffer (e.g. a float32 memmap)."""
+    dtype = np.dtype(dtype)
+    if not isinstance(out, np.ndarray):
+        raise CompressorError(f"out must be a numpy array, got {type(out).__name__}")
+    if out.shape != shape or out.dtype != dtype:
+        raise CompressorError(
+            f"out must have shape {shape} and dtype {dtype}, got {out.shape} {out.dtype}"
+        )
+    if not out.flags.writeable:
+        raise CompressorError("out is read-only")
+    return out

@@ -1,0 +1,337 @@
+# ruff: noqa: N803, N806  (scikit-learn convention: matrices are capitalised)
+"""The :class:`Compressor` base class, its registry, and ``make_compressor``/``load_compressor``.
+
+Subclasses implement four hooks: ``_fit``, ``_transform_chunk``, ``_state``/``_load_state``
+(plus ``_state_shapes`` so a load can be checked against config.json). The base class does all
+input validation, chunking, dimension handling and (atomic) persistence.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, ClassVar, Self, TypeVar
+
+import numpy as np
+from numpy.typing import DTypeLike
+
+from demitasse.compress._arrays import (
+    DEFAULT_CHUNK_ROWS,
+    as_matrix,
+    check_chunk_rows,
+    check_finite,
+    check_finite_chunk,
+    check_out,
+    is_int,
+    iter_row_chunks,
+)
+from demitasse.compress._persist import (
+    Params,
+    check_state_shapes,
+    check_version,
+    demitasse_version,
+    read_saved,
+    require,
+    write_saved,
+)
+from demitasse.errors import CompressorError
+
+_REGISTRY: dict[str, type[Compressor]] = {}
+
+C = TypeVar("C", bound="type[Compressor]")
+
+
+def register_compressor(cls: C) -> C:
+    """Class decorator: make ``cls`` available to ``make_compressor``/``load_compressor``."""
+    name = getattr(cls, "method", None)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{cls.__name__} needs a non-empty class attribute 'method'")
+    existing = _REGISTRY.get(name)
+    if existing is not None and existing.__qualname__ != cls.__qualname__:
+        raise TypeError(f"compressor method {name!r} is already registered by {existing}")
+    _REGISTRY[name] = cls
+    return cls
+
+
+def compressor_names() -> list[str]:
+    """Registered method names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def _lookup(name: str) -> type[Compressor]:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise CompressorError(
+            f"unknown compressor {name!r}; known: {', '.join(compressor_names())}"
+        ) from None
+
+
+def make_compressor(name: str, **params: Any) -> Compressor:
+    """Build an unfitted compressor by registry name, validating its hyperparameters now."""
+    return _lookup(name)._construct(params)
+
+
+def load_compressor(path: str | Path) -> Compressor:
+    """Load any saved compressor, dispatching on config.json's ``method``."""
+    return Compressor.load(path)
+
+
+class Compressor(Params):
+    """Maps embeddings [n, D] to float32 [n, k]; ``transform(dim=k)`` is a prefix of the output.
+
+    Hyperparameters are ``__init__`` arguments stored verbatim; learned state ends in ``_``:
+    ``n_features_in_``, ``output_dim_``, ``fit_data_``, ``n_fit_samples_`` and subclass arrays.
+    """
+
+    method: ClassVar[str]
+    version: ClassVar[int] = 1
+    #: Whether ``transform(dim=k)`` for k < output_dim_ is meaningful (prefix of the full output).
+    matryoshka: ClassVar[bool] = True
+    #: Keyword arguments ``fit`` accepts as supervision (e.g. ``("pairs", "scores")``).
+    supervision: ClassVar[tuple[str, ...]] = ()
+    #: Float dtype chunks are cast to before ``_transform_chunk``.
+    compute_dtype: ClassVar[DTypeLike] = np.float32
+    #: Rows per chunk when ``_fit`` streams over the data (float64 chunks: keep modest).
+    fit_chunk_rows: ClassVar[int] = 8192
+    #: Names of JSON-scalar learned attributes saved in config.json under "learned".
+    scalar_state: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, dim: int | None = None) -> None:
+        self.dim = dim
+
+    # ---- hooks -------------------------------------------------------------------------------
+
+    def _validate_params(self) -> None:
+        if self.dim is not None and (not is_int(self.dim) or self.dim < 1):
+            raise CompressorError(
+                f"{self.method}: dim must be a positive integer or None, got {self.dim!r}"
+            )
+
+    def _max_output_dim(self, n_features: int) -> int:
+        """Largest output dim possible for this input width."""
+        return n_features
+
+    def _fit(self, X: np.ndarray, **supervision: Any) -> None:
+        """Learn state from validated ``X`` (maybe a memmap; stream it with ``iter_row_chunks``).
+
+        ``n_features_in_`` and ``output_dim_`` are already set; may lower ``output_dim_``.
+        """
+
+    def _transform_chunk(self, X: np.ndarray, dim: int) -> np.ndarray:
+        """Map a finite ``compute_dtype`` chunk [m, n_features_in_] to [m, dim]."""
+        raise NotImplementedError
+
+    def _state(self) -> dict[str, np.ndarray]:
+        """Learned arrays to save."""
+        return {}
+
+    def _state_shapes(self) -> dict[str, tuple[int, ...]] | None:
+        """Expected names/shapes of ``_state()`` given the config; None skips the check."""
+        return {}
+
+    def _load_state(self, arrays: dict[str, np.ndarray]) -> None:
+        """Restore learned arrays (config-level attributes are already set)."""
+
+    # ---- public API --------------------------------------------------------------------------
+
+    @property
+    def is_fitted(self) -> bool:
+        return "n_fit_samples_" in self.__dict__
+
+    def fit(self, X: Any, *, fit_data: str | None = None, **supervision: Any) -> Self:
+        """Fit on embeddings ``X`` [n, D] (ndarray or memmap); ``fit_data`` describes them."""
+        self._validate_params()
+        unknown = sorted(set(supervision) - set(self.supervision))
+        if unknown:
+            accepted = ", ".join(self.supervision) or "none"
+            raise CompressorError(
+                f"{self.method} compressor got unknown fit argument(s) {', '.join(unknown)}; "
+                f"it accepts: {accepted}"
+            )
+        if fit_data is not None and not isinstance(fit_data, str):
+            raise CompressorError(f"fit_data must be a string description, got {fit_data!r}")
+        X = as_matrix(X)
+        if X.shape[0] < 2:
+            raise CompressorError(f"{self.method} needs at least 2 rows to fit, got {X.shape[0]}")
+        check_finite(X, DEFAULT_CHUNK_ROWS)
+
+        for name in [k for k in self.__dict__ if k.endswith("_") and not k.startswith("_")]:
+            del self.__dict__[name]  # a failed refit must not leave a half-old, half-new model
+        n_features = int(X.shape[1])
+        self.n_features_in_ = n_features
+        self.output_dim_ = self._initial_output_dim(n_features)
+        self._fit(X, **supervision)
+        self.fit_data_ = fit_data
+        self.n_fit_samples_ = int(X.shape[0])
+        return self
+
+    def _initial_output_dim(self, n_features: int) -> int:
+        largest = self._max_output_dim(n_features)
+        if largest < 1:
+            raise CompressorError(
+                f"{self!r} can produce no outputs from {n_features} input features"
+            )
+        if self.dim is None:
+            return largest
+        if self.dim > largest:
+            warnings.warn(
+                f"{self!r}: dim={self.dim} exceeds the {largest} outputs available from "
+                f"{n_features} input features; using {largest}",
+                UserWarning,
+                stacklevel=3,
+            )
+        return min(int(self.dim), largest)
+
+    def transform(
+        self,
+        X: Any,
+        dim: int | None = None,
+        *,
+        chunk_rows: int = DEFAULT_CHUNK_ROWS,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Compress ``X`` to float32 [n, dim] (dim=None: ``output_dim_``), chunk by chunk.
+
+        ``out`` may be a preallocated float32 array (e.g. a memmap) of shape [n, dim].
+        """
+        self._check_fitted()
+        k = self._resolve_dim(dim)
+        chunk_rows = check_chunk_rows(chunk_rows)
+        X = as_matrix(X)
+        if X.shape[1] != self.n_features_in_:
+            raise CompressorError(
+                f"X has {X.shape[1]} features but this {self.method} compressor was fitted on "
+                f"{self.n_features_in_}"
+            )
+        n = X.shape[0]
+        out = np.empty((n, k), np.float32) if out is None else check_out(out, (n, k), np.float32)
+        for start, chunk in iter_row_chunks(X, chunk_rows, self.compute_dtype):
+            check_finite_chunk(chunk, start)
+            result = self._transform_chunk(chunk, k)
+            if result.shape != (chunk.shape[0], k):
+                raise RuntimeError(
+                    f"{type(self).__name__}._transform_chunk returned shape {result.shape}, "
+                    f"expected {(chunk.shape[0], k)}"
+                )
+            out[start : start + chunk.shape[0]] = result
+        return out
+
+    def fit_transform(
+        self,
+        X: Any,
+        dim: int | None = None,
+        *,
+        fit_data: str | None = None,
+        chunk_rows: int = DEFAULT_CHUNK_ROWS,
+        out: np.ndarray | None = None,
+        **supervision: Any,
+    ) -> np.ndarray:
+        """``fit`` then ``transform`` the same data."""
+        self.fit(X, fit_data=fit_data, **supervision)
+        return self.transform(X, dim, chunk_rows=chunk_rows, out=out)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """Readable summary: method, params, input/output dims and what it was fitted on."""
+        fitted = self.is_fitted
+        return {
+            "method": self.method,
+            "params": self.get_params(),
+            "input_dim": self.n_features_in_ if fitted else None,
+            "output_dim": self.output_dim_ if fitted else None,
+            "matryoshka": self.matryoshka,
+            "fit_data": self.fit_data_ if fitted else None,
+            "n_fit_samples": self.n_fit_samples_ if fitted else None,
+        }
+
+    # ---- persistence -------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> None:
+        """Write ``path/config.json`` and ``path/state.safetensors`` atomically."""
+        self._check_fitted("save")
+        config = {
+            "kind": "compressor",
+            "method": self.method,
+            "version": self.version,
+            "demitasse_version": demitasse_version(),
+            "params": self.get_params(),
+            "input_dim": self.n_features_in_,
+            "output_dim": self.output_dim_,
+            "matryoshka": self.matryoshka,
+            "fit_data": self.fit_data_,
+            "n_fit_samples": self.n_fit_samples_,
+            "learned": {name: getattr(self, name) for name in self.scalar_state},
+        }
+        write_saved(path, config, self._state())
+
+    @classmethod
+    def load(cls, path: str | Path) -> Compressor:
+        """Load a saved compressor; on a subclass, the saved method must match it."""
+        config, arrays = read_saved(path, "compressor")
+        if config.get("kind", "compressor") != "compressor":
+            raise CompressorError(f"{path} holds a saved {config.get('kind')}, not a compressor")
+        method = require(config, "method", "str", path)
+        target = _lookup(method)
+        if cls is not Compressor and not issubclass(target, cls):
+            raise CompressorError(f"{path} holds a {method} compressor, not {cls.method}")
+        check_version(require(config, "version", "int", path), target.version, method, path)
+        obj = target._construct(require(config, "params", "dict", path))
+        obj._restore(config, arrays, path)
+        return obj
+
+    def _restore(
+        self, config: dict[str, Any], arrays: dict[str, np.ndarray], path: str | Path
+    ) -> None:
+        input_dim = require(config, "input_dim", "int", path)
+        output_dim = require(config, "output_dim", "int", path)
+        fit_data = require(config, "fit_data", "str?", path)
+        n_fit_samples = require(config, "n_fit_samples", "int", path)
+        learned = require(config, "learned", "dict", path) if "learned" in config else {}
+        if input_dim < 1 or not 1 <= output_dim <= self._max_output_dim(input_dim):
+            raise CompressorError(
+                f"invalid config.json in {path}: output_dim {output_dim} is impossible for "
+                f"{self!r} with input_dim {input_dim}"
+            )
+        missing = [name for name in self.scalar_state if name not in learned]
+        if missing:
+            raise CompressorError(
+                f"invalid config.json in {path}: 'learned' lacks {', '.join(missing)}"
+            )
+        self.n_features_in_ = input_dim
+        self.output_dim_ = output_dim
+        for name in self.scalar_state:
+            setattr(self, name, learned[name])
+        expected = self._state_shapes()
+        if expected is not None:
+            check_state_shapes(arrays, expected, path)
+        self._load_state(arrays)
+        self.fit_data_ = fit_data
+        self.n_fit_samples_ = n_fit_samples
+
+    # ---- helpers -----------------------------------------------------------------------------
+
+    def _display_name(self) -> str:
+        return f"{self.method} compressor"
+
+    def _check_fitted(self, action: str = "transform") -> None:
+        if not self.is_fitted:
+            raise CompressorError(
+                f"this {self.method} compressor is not fitted; call fit() before {action}()"
+            )
+
+    def _resolve_dim(self, dim: int | None) -> int:
+        if dim is None:
+            return self.output_dim_
+        if not is_int(dim) or dim < 1:
+            raise CompressorError(f"dim must be a positive integer, got {dim!r}")
+        if dim > self.output_dim_:
+            raise CompressorError(
+                f"dim {dim} > {self.output_dim_}, the largest this {self.method} compressor "
+                "was fitted for"
+            )
+        if dim != self.output_dim_ and not self.matryoshka:
+            raise CompressorError(
+                f"this {self.method} compressor only produces dim {self.output_dim_}, got {dim}"
+            )
+        return int(dim)

@@ -1,0 +1,121 @@
+# ruff: noqa: N803  (scikit-learn convention: matrices are capitalised)
+"""Centred PCA, optionally whitened and with the top components removed (All-But-The-Top)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from demitasse.compress._arrays import is_int, iter_row_chunks
+from demitasse.compress.base import Compressor, register_compressor
+from demitasse.errors import CompressorError, DataError
+
+# Whitening divides by sqrt(eigenvalue); eigenvalues below this fraction of the largest are
+# numerical noise (rank-deficient data), and dividing by them would blow up that noise.
+_WHITEN_FLOOR = 1e-12
+
+
+@register_compressor
+class PCA(Compressor):
+    """Project centred embeddings onto principal components ``abtt+1 … abtt+dim``.
+
+    The covariance is accumulated over row chunks in float64, so fitting a memory-mapped
+    matrix needs O(D²) memory. Components are sorted by decreasing variance, so a prefix of
+    the outputs is the lower-dimensional PCA. ``abtt=r`` drops the top ``r`` components
+    (Mu & Viswanath, 2018), which often carry frequency rather than meaning. ``whiten=True``
+    scales each output to unit variance on the fit data. Signs are fixed so that each
+    component's largest-magnitude loading is positive, making fits reproducible.
+    """
+
+    method: ClassVar[str] = "pca"
+    scalar_state: ClassVar[tuple[str, ...]] = ("total_variance_",)
+
+    def __init__(self, dim: int | None = None, whiten: bool = False, abtt: int = 0) -> None:
+        self.dim = dim
+        self.whiten = whiten
+        self.abtt = abtt
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        if not isinstance(self.whiten, bool | np.bool_):
+            raise CompressorError(f"pca: whiten must be true or false, got {self.whiten!r}")
+        if not is_int(self.abtt) or self.abtt < 0:
+            raise CompressorError(f"pca: abtt must be a non-negative integer, got {self.abtt!r}")
+
+    def _max_output_dim(self, n_features: int) -> int:
+        return n_features - int(self.abtt)
+
+    def _fit(self, X: np.ndarray, **supervision: Any) -> None:
+        n, d = X.shape
+        shift: np.ndarray | None = None
+        gram = np.zeros((d, d))
+        total = np.zeros(d)
+        for _, chunk in iter_row_chunks(X, self.fit_chunk_rows, np.float64):
+            if shift is None:
+                # Centring on a rough mean first avoids cancellation in X'X - n·mu·mu'
+                # when the embeddings share a large common offset (they usually do).
+                shift = chunk.mean(axis=0)
+            chunk = chunk - shift  # never in place: the chunk may be a view of the caller's X
+            gram += chunk.T @ chunk
+            total += chunk.sum(axis=0)
+        assert shift is not None  # fit() guarantees at least 2 rows
+        offset = total / n
+        cov = (gram - n * np.outer(offset, offset)) / (n - 1)
+        eigenvalues, eigenvectors = np.linalg.eigh(cov)
+        order = np.argsort(eigenvalues)[::-1]
+        eigenvalues = np.clip(eigenvalues[order], 0.0, None)
+        total_variance = float(eigenvalues.sum())
+        if total_variance <= 0.0:
+            raise DataError("X has zero variance (all rows identical); PCA cannot be fitted")
+
+        kept = order[self.abtt : self.abtt + self.output_dim_]
+        components = eigenvectors[:, kept].T
+        biggest = np.argmax(np.abs(components), axis=1)
+        components *= np.sign(components[np.arange(len(kept)), biggest])[:, None]
+
+        self.mean_ = shift + offset
+        self.components_ = components
+        self.explained_variance_ = eigenvalues[self.abtt : self.abtt + self.output_dim_]
+        self.total_variance_ = total_variance
+        self._prepare()
+
+    @property
+    def explained_variance_ratio_(self) -> np.ndarray:
+        """Fraction of the fit data's total variance carried by each output."""
+        return self.explained_variance_ / self.total_variance_
+
+    def _prepare(self) -> None:
+        """Fold centring, projection and whitening into float32 arrays used by transform."""
+        projection = self.components_.T
+        if self.whiten:
+            floor = _WHITEN_FLOOR * max(self.total_variance_, np.finfo(np.float64).tiny)
+            projection = projection / np.sqrt(np.maximum(self.explained_variance_, floor))
+        self._projection = np.ascontiguousarray(projection, dtype=np.float32)
+        self._mean32 = self.mean_.astype(np.float32)
+
+    def _transform_chunk(self, X: np.ndarray, dim: int) -> np.ndarray:
+        return (X - self._mean32) @ self._projection[:, :dim]
+
+    def _state(self) -> dict[str, np.ndarray]:
+        return {
+            "mean_": self.mean_,
+            "components_": self.components_,
+            "explained_variance_": self.explained_variance_,
+        }
+
+    def _state_shapes(self) -> dict[str, tuple[int, ...]]:
+        d, k = self.n_features_in_, self.output_dim_
+        return {"mean_": (d,), "components_": (k, d), "explained_variance_": (k,)}
+
+    def _load_state(self, arrays: dict[str, np.ndarray]) -> None:
+        self.mean_ = arrays["mean_"].astype(np.float64)
+        self.components_ = arrays["components_"].astype(np.float64)
+        self.explained_variance_ = arrays["explained_variance_"].astype(np.float64)
+        if not isinstance(self.total_variance_, int | float) or self.total_variance_ <= 0:
+            raise CompressorError(
+                f"invalid saved pca: total_variance_ must be a positive number, "
+                f"got {self.total_variance_!r}"
+            )
+        self.total_variance_ = float(self.total_variance_)
+        self._prepare()

@@ -1,0 +1,462 @@
+# ruff: noqa: N803, N806  (scikit-learn convention: matrices are capitalised)
+"""Quantisers: store (compressed) embeddings in fewer bits, and score pairs as an index would.
+
+Every precision goes through the same code path: ``fit`` on calibration embeddings,
+``quantize`` to codes, ``similarity`` on codes. Quantisers compose after any compressor and are
+fitted on its full-width output; because compressors are Matryoshka (outputs are prefixes),
+``quantize`` also accepts fewer columns than fitted and then uses the first ones' parameters.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Self, TypeVar
+
+import numpy as np
+
+from demitasse.compress._arrays import (
+    DEFAULT_CHUNK_ROWS,
+    as_matrix,
+    check_chunk_rows,
+    check_finite,
+    check_finite_chunk,
+    check_out,
+    is_int,
+    iter_row_chunks,
+)
+from demitasse.compress._persist import (
+    Params,
+    check_state_shapes,
+    check_version,
+    demitasse_version,
+    read_saved,
+    require,
+    write_saved,
+)
+from demitasse.errors import CompressorError
+
+_REGISTRY: dict[str, type[Quantizer]] = {}
+
+Q = TypeVar("Q", bound="type[Quantizer]")
+
+# Number of set bits in each byte value: Hamming distance on packed codes is a table lookup.
+_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
+
+
+def register_quantizer(cls: Q) -> Q:
+    """Class decorator: make ``cls`` available to ``make_quantizer``/``load_quantizer``."""
+    name = getattr(cls, "precision", None)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{cls.__name__} needs a non-empty class attribute 'precision'")
+    existing = _REGISTRY.get(name)
+    if existing is not None and existing.__qualname__ != cls.__qualname__:
+        raise TypeError(f"quantizer precision {name!r} is already registered by {existing}")
+    _REGISTRY[name] = cls
+    return cls
+
+
+def quantizer_names() -> list[str]:
+    """Registered precisions, sorted."""
+    return sorted(_REGISTRY)
+
+
+def _lookup(precision: str) -> type[Quantizer]:
+    try:
+        return _REGISTRY[precision]
+    except KeyError:
+        raise CompressorError(
+            f"unknown precision {precision!r}; known: {', '.join(quantizer_names())}"
+        ) from None
+
+
+def make_quantizer(precision: str, **params: Any) -> Quantizer:
+    """Build an unfitted quantizer: ``"float32"``, ``"int8"`` or ``"binary"``."""
+    return _lookup(precision)._construct(params)
+
+
+def load_quantizer(path: str | Path) -> Quantizer:
+    """Load any saved quantizer, dispatching on config.json's ``precision``."""
+    return Quantizer.load(path)
+
+
+class Quantizer(Params):
+    """Base class: codes of dtype ``code_dtype``, paired similarity on codes."""
+
+    precision: ClassVar[str]
+    version: ClassVar[int] = 1
+    code_dtype: ClassVar[np.dtype] = np.dtype(np.float32)
+    #: Names of JSON-scalar learned attributes saved in config.json under "learned".
+    scalar_state: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self) -> None:
+        pass
+
+    # ---- hooks -------------------------------------------------------------------------------
+
+    @property
+    def needs_fit(self) -> bool:
+        """Whether ``quantize`` needs learned parameters (else ``fit`` is optional)."""
+        return True
+
+    def _fit(self, X: np.ndarray) -> None:
+        """Learn per-dimension parameters from validated calibration embeddings."""
+
+    def _quantize_chunk(self, X: np.ndarray) -> np.ndarray:
+        """Map a finite float32 chunk [m, d] (d ≤ n_features_in_) to codes."""
+        raise NotImplementedError
+
+    def _similarity_chunk(self, A: np.ndarray, B: np.ndarray, n_bits: int) -> np.ndarray:
+        """Row-wise similarity of two code chunks, float64 [m]."""
+        raise NotImplementedError
+
+    def code_width(self, dim: int) -> int:
+        """Columns of the code array for ``dim``-dimensional vectors."""
+        return dim
+
+    def bytes_per_vector(self, dim: int) -> int:
+        """Storage for one ``dim``-dimensional vector at this precision."""
+        raise NotImplementedError
+
+    def _state(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def _state_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {}
+
+    def _load_state(self, arrays: dict[str, np.ndarray]) -> None:
+        pass
+
+    # ---- public API --------------------------------------------------------------------------
+
+    @property
+    def is_fitted(self) -> bool:
+        return "n_features_in_" in self.__dict__
+
+    def fit(self, X: Any) -> Self:
+        """Learn parameters from calibration embeddings (the compressor's full-width output)."""
+        self._validate_params()
+        X = as_matrix(X)
+        if X.shape[0] < 2:
+            raise CompressorError(
+                f"{self.precision} quantizer needs at least 2 calibration rows, got {X.shape[0]}"
+            )
+        check_finite(X, DEFAULT_CHUNK_ROWS)
+        for name in [k for k in self.__dict__ if k.endswith("_") and not k.startswith("_")]:
+            del self.__dict__[name]
+        self._fit(X)
+        self.n_fit_samples_ = int(X.shape[0])
+        self.n_features_in_ = int(X.shape[1])
+        return self
+
+    def quantize(
+        self,
+        X: Any,
+        *,
+        chunk_rows: int = DEFAULT_CHUNK_ROWS,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Encode ``X`` [n, d] chunk by chunk; d may be smaller than the fitted width."""
+        if self.needs_fit and not self.is_fitted:
+            raise CompressorError(
+                f"this {self.precision} quantizer is not fitted; call fit() on calibration "
+                "embeddings before quantize()"
+            )
+        chunk_rows = check_chunk_rows(chunk_rows)
+        X = as_matrix(X)
+        n, d = X.shape
+        if self.is_fitted and d > self.n_features_in_:
+            raise CompressorError(
+                f"X has {d} features but this {self.precision} quantizer was fitted on "
+                f"{self.n_features_in_}"
+            )
+        shape = (n, self.code_width(d))
+        out = (
+            np.empty(shape, self.code_dtype)
+            if out is None
+            else check_out(out, shape, self.code_dtype)
+        )
+        for start, chunk in iter_row_chunks(X, chunk_rows, np.float32):
+            check_finite_chunk(chunk, start)
+            out[start : start + chunk.shape[0]] = self._quantize_chunk(chunk)
+        return out
+
+    def similarity(
+        self, A_codes: np.ndarray, B_codes: np.ndarray, *, dim: int | None = None
+    ) -> np.ndarray:
+        """Row-wise similarity of paired codes (A[i] vs B[i]) as float64 [n].
+
+        ``dim`` is the vectors' dimension; only binary codes need it, and only when it is not
+        a multiple of 8 and differs from the fitted width (see :class:`BinaryQuantizer`).
+        """
+        for name, codes in (("A_codes", A_codes), ("B_codes", B_codes)):
+            if not isinstance(codes, np.ndarray) or codes.ndim != 2:
+                raise CompressorError(f"{name} must be a 2-D array of codes from quantize()")
+            if codes.dtype != self.code_dtype:
+                raise CompressorError(
+                    f"{name} has dtype {codes.dtype}, but {self.precision} codes are "
+                    f"{self.code_dtype}; pass the output of quantize()"
+                )
+        if A_codes.shape != B_codes.shape:
+            raise CompressorError(
+                f"paired codes must have the same shape, got {A_codes.shape} and {B_codes.shape}"
+            )
+        n_bits = self._resolve_bits(A_codes.shape[1], dim)
+        result = np.empty(A_codes.shape[0], np.float64)
+        for start in range(0, A_codes.shape[0], DEFAULT_CHUNK_ROWS):
+            stop = start + DEFAULT_CHUNK_ROWS
+            result[start:stop] = self._similarity_chunk(
+                np.asarray(A_codes[start:stop]), np.asarray(B_codes[start:stop]), n_bits
+            )
+        return result
+
+    def _resolve_bits(self, width: int, dim: int | None) -> int:
+        """Vector dimension for codes ``width`` columns wide."""
+        if dim is not None and (not is_int(dim) or self.code_width(dim) != width):
+            raise CompressorError(
+                f"dim {dim!r} does not match {self.precision} codes {width} columns wide"
+            )
+        return width if dim is None else int(dim)
+
+    def _check_dim(self, dim: Any) -> int:
+        if not is_int(dim) or dim < 1:
+            raise CompressorError(f"dim must be a positive integer, got {dim!r}")
+        return int(dim)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """Readable summary: precision, params and calibration width."""
+        return {
+            "precision": self.precision,
+            "params": self.get_params(),
+            "input_dim": self.__dict__.get("n_features_in_"),
+            "n_fit_samples": self.__dict__.get("n_fit_samples_"),
+        }
+
+    # ---- persistence -------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> None:
+        """Write ``path/config.json`` and ``path/state.safetensors`` atomically."""
+        if self.needs_fit and not self.is_fitted:
+            raise CompressorError(
+                f"cannot save an unfitted {self.precision} quantizer; call fit() first"
+            )
+        fitted = self.is_fitted
+        config = {
+            "kind": "quantizer",
+            "precision": self.precision,
+            "version": self.version,
+            "demitasse_version": demitasse_version(),
+            "params": self.get_params(),
+            "input_dim": self.n_features_in_ if fitted else None,
+            "n_fit_samples": self.n_fit_samples_ if fitted else None,
+            "learned": {name: getattr(self, name) for name in self.scalar_state} if fitted else {},
+        }
+        write_saved(path, config, self._state() if fitted else {})
+
+    @classmethod
+    def load(cls, path: str | Path) -> Quantizer:
+        """Load a saved quantizer; on a subclass, the saved precision must match it."""
+        config, arrays = read_saved(path, "quantizer")
+        if config.get("kind") != "quantizer":
+            raise CompressorError(f"{path} holds a saved {config.get('kind')}, not a quantizer")
+        precision = require(config, "precision", "str", path)
+        target = _lookup(precision)
+        if cls is not Quantizer and not issubclass(target, cls):
+            raise CompressorError(f"{path} holds a {precision} quantizer, not {cls.precision}")
+        check_version(require(config, "version", "int", path), target.version, precision, path)
+        obj = target._construct(require(config, "params", "dict", path))
+        input_dim = require(config, "input_dim", "int?", path)
+        n_fit_samples = require(config, "n_fit_samples", "int?", path)
+        if input_dim is None:
+            if obj.needs_fit:
+                raise CompressorError(f"invalid config.json in {path}: input_dim is missing")
+            check_state_shapes(arrays, {}, path)
+            return obj
+        if input_dim < 1:
+            raise CompressorError(f"invalid config.json in {path}: input_dim {input_dim} < 1")
+        learned = require(config, "learned", "dict", path)
+        missing = [name for name in obj.scalar_state if name not in learned]
+        if missing:
+            raise CompressorError(
+                f"invalid config.json in {path}: 'learned' lacks {', '.join(missing)}"
+            )
+        obj.n_features_in_ = input_dim
+        for name in obj.scalar_state:
+            setattr(obj, name, learned[name])
+        check_state_shapes(arrays, obj._state_shapes(), path)
+        obj._load_state(arrays)
+        obj.n_fit_samples_ = n_fit_samples
+        return obj
+
+    def _display_name(self) -> str:
+        return f"{self.precision} quantizer"
+
+
+def _cosine_rows(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """Row-wise cosine in float64; a zero vector has similarity 0 to anything."""
+    a = A.astype(np.float64)
+    b = B.astype(np.float64)
+    dots = np.einsum("ij,ij->i", a, b)
+    norms = np.sqrt(np.einsum("ij,ij->i", a, a) * np.einsum("ij,ij->i", b, b))
+    return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+
+
+@register_quantizer
+class Float32Quantizer(Quantizer):
+    """Identity at full precision (cosine similarity), so float32 shares the quantised path."""
+
+    precision: ClassVar[str] = "float32"
+    code_dtype: ClassVar[np.dtype] = np.dtype(np.float32)
+
+    @property
+    def needs_fit(self) -> bool:
+        return False
+
+    def _quantize_chunk(self, X: np.ndarray) -> np.ndarray:
+        return X
+
+    def _similarity_chunk(self, A: np.ndarray, B: np.ndarray, n_bits: int) -> np.ndarray:
+        return _cosine_rows(A, B)
+
+    def bytes_per_vector(self, dim: int) -> int:
+        return 4 * self._check_dim(dim)
+
+
+@register_quantizer
+class Int8Quantizer(Quantizer):
+    """Scalar int8 quantisation with per-dimension ranges learned from calibration data.
+
+    ``code = clip(round((x - lo) / (hi - lo) * 255 - 128), -128, 127)`` where [lo, hi] is the
+    calibration min/max (``"minmax"``) or the [100-p, p] percentiles (``"percentile"``, which
+    ignores outliers; it loads the calibration set into memory). Similarity is the cosine of
+    the integer codes, as an int8 vector index computes it.
+    """
+
+    precision: ClassVar[str] = "int8"
+    code_dtype: ClassVar[np.dtype] = np.dtype(np.int8)
+
+    def __init__(self, calibration: str = "minmax", percentile: float = 99.9) -> None:
+        self.calibration = calibration
+        self.percentile = percentile
+
+    def _validate_params(self) -> None:
+        if self.calibration not in ("minmax", "percentile"):
+            raise CompressorError(
+                f"int8: calibration must be 'minmax' or 'percentile', got {self.calibration!r}"
+            )
+        p = self.percentile
+        if isinstance(p, bool) or not isinstance(p, int | float) or not 50 < p <= 100:
+            raise CompressorError(f"int8: percentile must be in (50, 100], got {p!r}")
+
+    def _fit(self, X: np.ndarray) -> None:
+        if self.calibration == "minmax":
+            lo = np.full(X.shape[1], np.inf)
+            hi = np.full(X.shape[1], -np.inf)
+            for _, chunk in iter_row_chunks(X, DEFAULT_CHUNK_ROWS, np.float64):
+                lo = np.minimum(lo, chunk.min(axis=0))
+                hi = np.maximum(hi, chunk.max(axis=0))
+        else:
+            p = float(self.percentile)
+            lo, hi = np.percentile(np.asarray(X, dtype=np.float32), [100.0 - p, p], axis=0)
+        # A constant dimension gets a range centred on its value, so it codes to 0 and adds
+        # nothing to dot products.
+        flat = ~(hi > lo)
+        lo = np.where(flat, lo - 1.0, lo)
+        hi = np.where(flat, hi + 1.0, hi)
+        self._set_ranges(lo.astype(np.float32), hi.astype(np.float32))
+
+    def _set_ranges(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        self.lo_ = lo
+        self.hi_ = hi
+        self._scale = (255.0 / (hi.astype(np.float64) - lo)).astype(np.float32)
+
+    def _quantize_chunk(self, X: np.ndarray) -> np.ndarray:
+        d = X.shape[1]
+        codes = np.rint((X - self.lo_[:d]) * self._scale[:d] - 128.0)
+        return np.clip(codes, -128, 127).astype(np.int8)
+
+    def _similarity_chunk(self, A: np.ndarray, B: np.ndarray, n_bits: int) -> np.ndarray:
+        return _cosine_rows(A, B)
+
+    def bytes_per_vector(self, dim: int) -> int:
+        return self._check_dim(dim)
+
+    def _state(self) -> dict[str, np.ndarray]:
+        return {"lo_": self.lo_, "hi_": self.hi_}
+
+    def _state_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {"lo_": (self.n_features_in_,), "hi_": (self.n_features_in_,)}
+
+    def _load_state(self, arrays: dict[str, np.ndarray]) -> None:
+        lo = arrays["lo_"].astype(np.float32)
+        hi = arrays["hi_"].astype(np.float32)
+        if not (np.isfinite(lo).all() and np.isfinite(hi).all() and (hi > lo).all()):
+            raise CompressorError("invalid saved int8 quantizer: ranges must be finite, lo < hi")
+        self._set_ranges(lo, hi)
+
+
+@register_quantizer
+class BinaryQuantizer(Quantizer):
+    """One bit per dimension, ``x > threshold``, packed 8 per byte (``np.packbits``).
+
+    ``threshold="zero"`` needs no fit; ``"mean"`` learns per-dimension means. Similarity is
+    the number of agreeing bits, ``d - Hamming``. Packed codes don't record ``d``; it is taken
+    from ``similarity(..., dim=)``, else the fitted width when the byte counts match, else
+    ``8 * bytes`` (padding bits are 0 in both codes, so the error is the same constant for
+    every pair and rankings are unaffected).
+    """
+
+    precision: ClassVar[str] = "binary"
+    code_dtype: ClassVar[np.dtype] = np.dtype(np.uint8)
+
+    def __init__(self, threshold: str = "zero") -> None:
+        self.threshold = threshold
+
+    def _validate_params(self) -> None:
+        if self.threshold not in ("zero", "mean"):
+            raise CompressorError(
+                f"binary: threshold must be 'zero' or 'mean', got {self.threshold!r}"
+            )
+
+    @property
+    def needs_fit(self) -> bool:
+        return self.threshold == "mean"
+
+    def _fit(self, X: np.ndarray) -> None:
+        if self.threshold == "mean":
+            total = np.zeros(X.shape[1])
+            for _, chunk in iter_row_chunks(X, DEFAULT_CHUNK_ROWS, np.float64):
+                total += chunk.sum(axis=0)
+            self.thresholds_ = (total / X.shape[0]).astype(np.float32)
+
+    def code_width(self, dim: int) -> int:
+        return -(-dim // 8)
+
+    def _quantize_chunk(self, X: np.ndarray) -> np.ndarray:
+        threshold = self.thresholds_[: X.shape[1]] if self.threshold == "mean" else 0.0
+        return np.packbits(np.greater(X, threshold), axis=1)
+
+    def _resolve_bits(self, width: int, dim: int | None) -> int:
+        if dim is not None:
+            return super()._resolve_bits(width, dim)
+        fitted = self.__dict__.get("n_features_in_")
+        if fitted is not None and self.code_width(fitted) == width:
+            return int(fitted)
+        return 8 * width
+
+    def _similarity_chunk(self, A: np.ndarray, B: np.ndarray, n_bits: int) -> np.ndarray:
+        hamming = _POPCOUNT[np.bitwise_xor(A, B)].sum(axis=1, dtype=np.int64)
+        return (n_bits - hamming).astype(np.float64)
+
+    def bytes_per_vector(self, dim: int) -> int:
+        return self.code_width(self._check_dim(dim))
+
+    def _state(self) -> dict[str, np.ndarray]:
+        return {"thresholds_": self.thresholds_} if self.threshold == "mean" else {}
+
+    def _state_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {"thresholds_": (self.n_features_in_,)} if self.threshold == "mean" else {}
+
+    def _load_state(self, arrays: dict[str, np.ndarray]) -> None:
+        if self.threshold == "mean":
+            self.thresholds_ = arrays["thresholds_"].astype(np.float32)

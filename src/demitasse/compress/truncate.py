@@ -1,0 +1,23 @@
+# ruff: noqa: N803  (scikit-learn convention: matrices are capitalised)
+"""Truncation: keep the first ``dim`` coordinates (the right baseline for Matryoshka models)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from demitasse.compress.base import Compressor, register_compressor
+
+
+@register_compressor
+class Truncate(Compressor):
+    """Keep the first ``dim`` input dimensions; ``fit`` only records the input width."""
+
+    method: ClassVar[str] = "truncate"
+
+    def __init__(self, dim: int | None = None) -> None:
+        self.dim = dim
+
+    def _transform_chunk(self, X: np.ndarray, dim: int) -> np.ndarray:
+        return X[:, :dim]

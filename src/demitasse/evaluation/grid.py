@@ -1,0 +1,221 @@
+"""Evaluate encoder layer × compressor × dimension × precision on STS data sets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from demitasse.compress import make_compressor, make_quantizer
+from demitasse.data import ScoredPairs
+from demitasse.encoders.base import Encoder
+from demitasse.errors import DemitasseError
+from demitasse.evaluation.records import ResultRecord
+from demitasse.evaluation.sts import spearman_x100
+
+PRECISIONS = ("float32", "int8", "binary")
+
+
+@dataclass(frozen=True)
+class CompressorSpec:
+    """A compressor as named on the command line: ``pca``, ``pca-abtt``, ``pca:whiten=true``."""
+
+    label: str
+    method: str | None  # None: the encoder's own vectors, full width
+    params: dict[str, object] = field(default_factory=dict)
+
+    def build(self, input_dim: int, max_dim: int):  # noqa: ANN201
+        params = dict(self.params)
+        if params.get("abtt") == "auto":
+            # Mu & Viswanath remove about d/100 dominating directions.
+            params["abtt"] = max(1, input_dim // 100)
+        return make_compressor(self.method, dim=max_dim, **params)
+
+
+PRESETS: dict[str, CompressorSpec] = {
+    "none": CompressorSpec("none", None),
+    "truncate": CompressorSpec("truncate", "truncate"),
+    "pca": CompressorSpec("pca", "pca"),
+    "pca-whiten": CompressorSpec("pca-whiten", "pca", {"whiten": True}),
+    "pca-abtt": CompressorSpec("pca-abtt", "pca", {"abtt": "auto"}),
+    "random": CompressorSpec("random", "random", {"seed": 0}),
+}
+
+
+def _parse_value(text: str) -> object:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_compressor_specs(text: str) -> list[CompressorSpec]:
+    """Parse ``"none,truncate,pca:abtt=3:whiten=true"`` into specs."""
+    specs = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        if item in PRESETS:
+            specs.append(PRESETS[item])
+            continue
+        method, *options = item.split(":")
+        if method not in PRESETS or PRESETS[method].method is None:
+            known = ", ".join(PRESETS)
+            raise DemitasseError(f"unknown compressor {item!r}; known: {known}")
+        params = dict(PRESETS[method].params)
+        for option in options:
+            key, sep, value = option.partition("=")
+            if not sep or not key:
+                raise DemitasseError(f"compressor option {option!r} must look like key=value")
+            params[key] = _parse_value(value)
+        specs.append(CompressorSpec(item, PRESETS[method].method, params))
+    if not specs:
+        raise DemitasseError("no compressor given")
+    return specs
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise DemitasseError(f"{what} must be comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise DemitasseError(f"{what} must be positive integers, got {text!r}")
+    return values
+
+
+def parse_precisions(text: str) -> list[str]:
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in values if v not in PRECISIONS]
+    if bad or not values:
+        raise DemitasseError(f"unknown precision {bad[0] if bad else text!r}; known: {PRECISIONS}")
+    return values
+
+
+def sts_records(
+    model: str,
+    layer: int,
+    method: str,
+    dim: int,
+    precision: str,
+    bytes_per_vector: int,
+    fit_data: str | None,
+    scores: Mapping[str, float],
+) -> list[ResultRecord]:
+    """Records for one configuration: one per data set plus their average."""
+    common = {
+        "model": model,
+        "layer": layer,
+        "method": method,
+        "dim": dim,
+        "precision": precision,
+        "task": "sts",
+        "metric": "spearman",
+        "bytes_per_vector": bytes_per_vector,
+        "fit_data": fit_data,
+    }
+    records = [ResultRecord(dataset=name, score=s, **common) for name, s in scores.items()]
+    if len(scores) > 1:
+        average = float(np.mean(list(scores.values())))
+        records.append(ResultRecord(dataset="avg", score=average, **common))
+    return records
+
+
+def evaluate_sts_grid(
+    encoder: Encoder,
+    suite: Mapping[str, ScoredPairs],
+    *,
+    specs: Sequence[CompressorSpec],
+    dims: Sequence[int],
+    precisions: Sequence[str] = ("float32",),
+    layers: Sequence[int] | None = None,
+    fit_texts: Sequence[str] | None = None,
+    fit_data: str | None = None,
+    batch_size: int = 64,
+    log: Callable[[str], None] = lambda _: None,
+) -> list[ResultRecord]:
+    """Score every layer × compressor × dim × precision on every data set of ``suite``.
+
+    Compressors and int8 calibration ranges are fitted on ``fit_texts`` only, never on the
+    evaluation sentences.
+    """
+    layers = list(layers) if layers else [encoder.num_layers]
+    needs_fit = any(s.method not in (None, "truncate") for s in specs) or any(
+        p != "float32" for p in precisions
+    )
+    if needs_fit and not fit_texts:
+        raise DemitasseError("PCA, random projection and int8/binary need fit data (--fit-data)")
+    eval_texts = list(dict.fromkeys(t for pairs in suite.values() for t in pairs.texts()))
+    log(f"encoding {len(eval_texts)} evaluation sentences, layers {layers}")
+    eval_vectors = encoder.encode_layers(eval_texts, layers, batch_size=batch_size)
+    fit_vectors: dict[int, np.ndarray] = {}
+    if fit_texts:
+        log(f"encoding {len(fit_texts)} fit sentences")
+        fit_vectors = encoder.encode_layers(list(fit_texts), layers, batch_size=batch_size)
+    row = {text: i for i, text in enumerate(eval_texts)}
+    pair_rows = {
+        name: (
+            np.array([row[t] for t in pairs.sentences1]),
+            np.array([row[t] for t in pairs.sentences2]),
+        )
+        for name, pairs in suite.items()
+    }
+    full_dim = encoder.dim
+    usable_dims = sorted({d for d in dims if d <= full_dim}, reverse=True)
+    records: list[ResultRecord] = []
+    for layer in layers:
+        for spec in specs:
+            spec_dims = [full_dim] if spec.method is None else usable_dims
+            if not spec_dims:
+                continue
+            compressor = None
+            if spec.method is not None:
+                compressor = spec.build(full_dim, max(spec_dims))
+                # Only truncation runs without fit data, and it learns nothing but the width.
+                compressor.fit(fit_vectors.get(layer, eval_vectors[layer]), fit_data=fit_data)
+                spec_dims = [d for d in spec_dims if d <= compressor.output_dim_]
+            for dim in spec_dims:
+                reduced = _apply(compressor, eval_vectors[layer], dim)
+                reduced_fit = _apply(compressor, fit_vectors[layer], dim) if fit_vectors else None
+                for precision in precisions:
+                    quantizer = make_quantizer(precision)
+                    if reduced_fit is not None:
+                        quantizer.fit(reduced_fit)
+                    codes = quantizer.quantize(reduced)
+                    scores = {
+                        name: spearman_x100(
+                            quantizer.similarity(codes[a], codes[b], dim=dim), suite[name].scores
+                        )
+                        for name, (a, b) in pair_rows.items()
+                    }
+                    records += sts_records(
+                        encoder.name,
+                        layer,
+                        spec.label,
+                        dim,
+                        precision,
+                        quantizer.bytes_per_vector(dim),
+                        fit_data if (compressor or precision != "float32") else None,
+                        scores,
+                    )
+                    log(_summary_line(records[-1]))
+    return records
+
+
+def _apply(compressor: object, vectors: np.ndarray, dim: int) -> np.ndarray:
+    if compressor is None:
+        return vectors
+    return compressor.transform(vectors, dim=dim)  # type: ignore[attr-defined]
+
+
+def _summary_line(record: ResultRecord) -> str:
+    return (
+        f"layer {record.layer} {record.method:>10} {record.precision:>7} dim {record.dim:>4}: "
+        f"{record.dataset} {record.score:.2f}"
+    )

@@ -1,0 +1,84 @@
+"""Result records: one JSON object per score, the only thing reports and benchmarks read."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from dataclasses import asdict, dataclass, field, fields
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from demitasse.errors import DataError
+from demitasse.io import atomic_write_json
+
+
+@dataclass
+class ResultRecord:
+    model: str
+    layer: int | None
+    method: str
+    dim: int
+    precision: str
+    task: str
+    dataset: str
+    metric: str
+    score: float
+    bytes_per_vector: int | None = None
+    fit_data: str | None = None
+    machine: str = field(default_factory=lambda: machine_description())
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        record = asdict(self)
+        if not record["extra"]:
+            del record["extra"]
+        return record
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ResultRecord:
+        names = {f.name for f in fields(cls)}
+        missing = {"model", "method", "dim", "task", "dataset", "metric", "score"} - set(data)
+        if missing:
+            raise DataError(f"result record lacks {', '.join(sorted(missing))}: {data}")
+        known = {k: v for k, v in data.items() if k in names}
+        known.setdefault("layer", None)
+        known.setdefault("precision", "float32")
+        known.setdefault("machine", "")
+        return cls(**known)
+
+
+@cache
+def machine_description() -> str:
+    """CPU model, core count and the threads torch would use: every figure carries it."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = os.environ.get("OMP_NUM_THREADS") or str(cores)
+    return f"{cpu}, {cores} cores, {threads} threads, {platform.system()} {platform.machine()}"
+
+
+def write_records(path: str | Path, records: list[ResultRecord]) -> None:
+    atomic_write_json(path, [r.to_dict() for r in records])
+
+
+def read_records(path: str | Path) -> list[ResultRecord]:
+    path = Path(path)
+    if path.is_dir():
+        path = path / "results.json"
+    if not path.is_file():
+        raise DataError(f"no results file at {path}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(data, list):
+        raise DataError(f"{path} must hold a JSON list of result records")
+    return [ResultRecord.from_dict(item) for item in data]

