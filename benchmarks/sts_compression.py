@@ -17,7 +17,8 @@ from pathlib import Path
 from demitasse.data import load_sts_suite, load_stsb
 from demitasse.encoders import load_encoder
 from demitasse.evaluation import (
-    evaluate_sts_grid,
+    STSTask,
+    evaluate_grid,
     machine_description,
     parse_compressor_specs,
     write_records,
@@ -43,9 +44,9 @@ def main() -> int:
     encoder = load_encoder(args.model)
     suite = load_sts_suite(args.data_dir)
     fit_texts = load_stsb("train", args.data_dir).texts()
-    records = evaluate_sts_grid(
+    records = evaluate_grid(
         encoder,
-        suite,
+        [STSTask(suite)],
         specs=parse_compressor_specs("none,truncate,pca,pca-abtt,random"),
         dims=[int(d) for d in args.dims.split(",")],
         precisions=["float32", "int8", "binary"],
@@ -78,7 +79,8 @@ def main() -> int:
             "## STS: post-hoc compression baselines (`sts_compression`)",
             "",
             "Command: `python benchmarks/sts_compression.py --data-dir ../shared/data`  ",
-            f"Machine: {machine_description()}; wall time {elapsed:.0f} s (embedding cache warm).  ",
+            f"Machine: {machine_description()}; wall time {elapsed:.0f} s "
+            "(embedding cache warm).  ",
             f"Model {encoder.name}, last layer, {encoder.pooling} pooling; compressors and int8 "
             "ranges fitted on the STS-B train sentences (never on test sentences); "
             "Spearman ×100 of cosine (int8: cosine of the codes; binary: bits agreeing).",

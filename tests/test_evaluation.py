@@ -11,13 +11,14 @@ import pytest
 from demitasse.data import ScoredPairs
 from demitasse.errors import DataError, DemitasseError
 from demitasse.evaluation.grid import (
-    evaluate_sts_grid,
+    evaluate_grid,
     parse_compressor_specs,
     parse_int_list,
     parse_precisions,
 )
 from demitasse.evaluation.records import ResultRecord, read_records, write_records
 from demitasse.evaluation.sts import spearman_x100
+from demitasse.evaluation.tasks import STSTask
 from tests.helpers import FakeEncoder
 
 
@@ -60,9 +61,9 @@ def test_grid_scores_every_configuration_and_fits_on_fit_data_only() -> None:
     encoder = FakeEncoder(dim=16)
     suite = {"A": _pairs("A", 40, 0), "B": _pairs("B", 30, 1)}
     fit_texts = [f"train {i}" for i in range(50)]
-    records = evaluate_sts_grid(
+    records = evaluate_grid(
         encoder,
-        suite,
+        [STSTask(suite)],
         specs=parse_compressor_specs("none,truncate,pca"),
         dims=[32, 16, 4],
         precisions=["float32", "int8", "binary"],
@@ -94,17 +95,20 @@ def test_grid_scores_every_configuration_and_fits_on_fit_data_only() -> None:
 
 def test_grid_refuses_to_fit_without_fit_data() -> None:
     with pytest.raises(DemitasseError, match="fit data"):
-        evaluate_sts_grid(
+        evaluate_grid(
             FakeEncoder(),
-            {"A": _pairs("A", 10, 0)},
+            [STSTask({"A": _pairs("A", 10, 0)})],
             specs=parse_compressor_specs("pca"),
             dims=[4],
         )
 
 
 def test_truncation_alone_needs_no_fit_data() -> None:
-    records = evaluate_sts_grid(
-        FakeEncoder(), {"A": _pairs("A", 10, 0)}, specs=parse_compressor_specs("truncate"), dims=[4]
+    records = evaluate_grid(
+        FakeEncoder(),
+        [STSTask({"A": _pairs("A", 10, 0)})],
+        specs=parse_compressor_specs("truncate"),
+        dims=[4],
     )
     assert [(r.dim, r.fit_data) for r in records] == [(4, None)]
 

@@ -143,12 +143,13 @@ def _evaluate_and_report(
 ) -> Path:
     from demitasse.encoders import DEFAULT_MODEL, load_encoder
     from demitasse.evaluation.grid import (
-        evaluate_sts_grid,
+        evaluate_grid,
         parse_compressor_specs,
         parse_int_list,
         parse_precisions,
     )
     from demitasse.evaluation.records import write_records
+    from demitasse.evaluation.tasks import STSTask
     from demitasse.report import plot_sts_vs_dim, sts_table
 
     # Parse everything and read the data before the slow model load, so mistakes fail fast.
@@ -160,9 +161,9 @@ def _evaluate_and_report(
     fit_texts = _fit_texts(fit_data, data_dir)
     encoder = load_encoder(model or DEFAULT_MODEL)
     started = time.perf_counter()
-    records = evaluate_sts_grid(
+    records = evaluate_grid(
         encoder,
-        suite,
+        [STSTask(suite)],
         specs=specs,
         dims=dim_list,
         precisions=precision_list,

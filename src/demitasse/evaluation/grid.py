@@ -1,18 +1,17 @@
-"""Evaluate encoder layer × compressor × dimension × precision on STS data sets."""
+"""Evaluate encoder layer × compressor × dimension × precision on any set of tasks."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from demitasse.compress import make_compressor, make_quantizer
-from demitasse.data import ScoredPairs
 from demitasse.encoders.base import Encoder
 from demitasse.errors import DemitasseError
 from demitasse.evaluation.records import ResultRecord
-from demitasse.evaluation.sts import spearman_x100
+from demitasse.evaluation.tasks import EmbeddedTexts, Task
 
 PRECISIONS = ("float32", "int8", "binary")
 
@@ -98,38 +97,9 @@ def parse_precisions(text: str) -> list[str]:
     return values
 
 
-def sts_records(
-    model: str,
-    layer: int,
-    method: str,
-    dim: int,
-    precision: str,
-    bytes_per_vector: int,
-    fit_data: str | None,
-    scores: Mapping[str, float],
-) -> list[ResultRecord]:
-    """Records for one configuration: one per data set plus their average."""
-    common = {
-        "model": model,
-        "layer": layer,
-        "method": method,
-        "dim": dim,
-        "precision": precision,
-        "task": "sts",
-        "metric": "spearman",
-        "bytes_per_vector": bytes_per_vector,
-        "fit_data": fit_data,
-    }
-    records = [ResultRecord(dataset=name, score=s, **common) for name, s in scores.items()]
-    if len(scores) > 1:
-        average = float(np.mean(list(scores.values())))
-        records.append(ResultRecord(dataset="avg", score=average, **common))
-    return records
-
-
-def evaluate_sts_grid(
+def evaluate_grid(
     encoder: Encoder,
-    suite: Mapping[str, ScoredPairs],
+    tasks: Sequence[Task],
     *,
     specs: Sequence[CompressorSpec],
     dims: Sequence[int],
@@ -140,10 +110,10 @@ def evaluate_sts_grid(
     batch_size: int = 64,
     log: Callable[[str], None] = lambda _: None,
 ) -> list[ResultRecord]:
-    """Score every layer × compressor × dim × precision on every data set of ``suite``.
+    """Score every layer × compressor × dim × precision on every task.
 
-    Compressors and int8 calibration ranges are fitted on ``fit_texts`` only, never on the
-    evaluation sentences.
+    Texts are encoded once per layer (the encoder caches them); compressors and quantiser
+    calibration ranges are fitted on ``fit_texts`` only, never on the evaluation texts.
     """
     layers = list(layers) if layers else [encoder.num_layers]
     needs_fit = any(s.method not in (None, "truncate") for s in specs) or any(
@@ -151,21 +121,13 @@ def evaluate_sts_grid(
     )
     if needs_fit and not fit_texts:
         raise DemitasseError("PCA, random projection and int8/binary need fit data (--fit-data)")
-    eval_texts = list(dict.fromkeys(t for pairs in suite.values() for t in pairs.texts()))
-    log(f"encoding {len(eval_texts)} evaluation sentences, layers {layers}")
-    eval_vectors = encoder.encode_layers(eval_texts, layers, batch_size=batch_size)
+    texts = list(dict.fromkeys(t for task in tasks for t in task.texts()))
+    log(f"encoding {len(texts)} evaluation texts, layers {layers}")
+    vectors = encoder.encode_layers(texts, layers, batch_size=batch_size)
     fit_vectors: dict[int, np.ndarray] = {}
     if fit_texts:
-        log(f"encoding {len(fit_texts)} fit sentences")
+        log(f"encoding {len(fit_texts)} fit texts")
         fit_vectors = encoder.encode_layers(list(fit_texts), layers, batch_size=batch_size)
-    row = {text: i for i, text in enumerate(eval_texts)}
-    pair_rows = {
-        name: (
-            np.array([row[t] for t in pairs.sentences1]),
-            np.array([row[t] for t in pairs.sentences2]),
-        )
-        for name, pairs in suite.items()
-    }
     full_dim = encoder.dim
     usable_dims = sorted({d for d in dims if d <= full_dim}, reverse=True)
     records: list[ResultRecord] = []
@@ -178,33 +140,38 @@ def evaluate_sts_grid(
             if spec.method is not None:
                 compressor = spec.build(full_dim, max(spec_dims))
                 # Only truncation runs without fit data, and it learns nothing but the width.
-                compressor.fit(fit_vectors.get(layer, eval_vectors[layer]), fit_data=fit_data)
+                compressor.fit(fit_vectors.get(layer, vectors[layer]), fit_data=fit_data)
                 spec_dims = [d for d in spec_dims if d <= compressor.output_dim_]
             for dim in spec_dims:
-                reduced = _apply(compressor, eval_vectors[layer], dim)
+                reduced = _apply(compressor, vectors[layer], dim)
                 reduced_fit = _apply(compressor, fit_vectors[layer], dim) if fit_vectors else None
                 for precision in precisions:
                     quantizer = make_quantizer(precision)
                     if reduced_fit is not None:
                         quantizer.fit(reduced_fit)
-                    codes = quantizer.quantize(reduced)
-                    scores = {
-                        name: spearman_x100(
-                            quantizer.similarity(codes[a], codes[b], dim=dim), suite[name].scores
-                        )
-                        for name, (a, b) in pair_rows.items()
+                    embedded = EmbeddedTexts(texts, quantizer.quantize(reduced), quantizer, dim)
+                    common = {
+                        "model": encoder.name,
+                        "layer": layer,
+                        "method": spec.label,
+                        "dim": dim,
+                        "precision": precision,
+                        "bytes_per_vector": quantizer.bytes_per_vector(dim),
+                        "fit_data": fit_data if (compressor or precision != "float32") else None,
                     }
-                    records += sts_records(
-                        encoder.name,
-                        layer,
-                        spec.label,
-                        dim,
-                        precision,
-                        quantizer.bytes_per_vector(dim),
-                        fit_data if (compressor or precision != "float32") else None,
-                        scores,
-                    )
-                    log(_summary_line(records[-1]))
+                    for task in tasks:
+                        for score in task.evaluate(embedded):
+                            records.append(
+                                ResultRecord(
+                                    task=task.name,
+                                    dataset=score.dataset,
+                                    metric=score.metric,
+                                    score=score.score,
+                                    extra=score.extra,
+                                    **common,
+                                )
+                            )
+                            log(_summary_line(records[-1]))
     return records
 
 
@@ -217,5 +184,5 @@ def _apply(compressor: object, vectors: np.ndarray, dim: int) -> np.ndarray:
 def _summary_line(record: ResultRecord) -> str:
     return (
         f"layer {record.layer} {record.method:>10} {record.precision:>7} dim {record.dim:>4}: "
-        f"{record.dataset} {record.score:.2f}"
+        f"{record.task} {record.dataset} {record.metric} {record.score:.2f}"
     )

@@ -25,6 +25,8 @@ def plot_sts_vs_dim(records: Sequence[ResultRecord], path: str | Path, title: st
         squeeze=False,
         sharey=True,
     )
+    methods = list(dict.fromkeys(r.method for r in averages))
+    colours = plt.get_cmap("tab10" if len(methods) <= 10 else "tab20").colors
     for ax, layer in zip(axes[0], layers, strict=False):
         lines = dict.fromkeys((r.method, r.precision) for r in averages if r.layer == layer)
         for method, precision in lines:
@@ -35,7 +37,15 @@ def plot_sts_vs_dim(records: Sequence[ResultRecord], path: str | Path, title: st
             )
             xs, ys = zip(*points, strict=True)
             style = {"float32": "-", "int8": "--", "binary": ":"}.get(precision, "-")
-            ax.plot(xs, ys, style, marker="o", markersize=3, label=f"{method} ({precision})")
+            ax.plot(
+                xs,
+                ys,
+                style,
+                color=colours[methods.index(method) % len(colours)],
+                marker="o",
+                markersize=3,
+                label=f"{method} ({precision})",
+            )
         ax.set_xscale("log", base=2)
         ax.set_xlabel("dimensions")
         ax.set_title(f"layer {layer}" if len(layers) > 1 else (title or "STS"))

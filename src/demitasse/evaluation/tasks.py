@@ -1,0 +1,114 @@
+"""The task interface of the harness: a task names the texts it needs and scores their vectors.
+
+The grid encodes the union of all tasks' texts once per layer, compresses and quantises them
+once per configuration, and hands each task an :class:`EmbeddedTexts`. A task never sees the
+encoder or the compressor, so every task works for every encoder × layer × compressor × dim ×
+precision, including vectors that came from elsewhere.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from demitasse.compress import Quantizer
+from demitasse.data import ScoredPairs
+from demitasse.errors import DataError
+from demitasse.evaluation.sts import spearman_x100
+
+
+@dataclass(frozen=True)
+class Score:
+    """One figure a task produced; the grid adds the configuration to make a record."""
+
+    dataset: str
+    metric: str
+    score: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class EmbeddedTexts:
+    """The quantised vectors of a set of texts in one configuration, and how to compare them."""
+
+    def __init__(self, texts: Sequence[str], codes: np.ndarray, quantizer: Quantizer, dim: int):
+        self._row = {text: i for i, text in enumerate(texts)}
+        self.codes = codes
+        self.quantizer = quantizer
+        self.dim = dim
+
+    @property
+    def precision(self) -> str:
+        return self.quantizer.precision
+
+    def rows(self, texts: Sequence[str]) -> np.ndarray:
+        try:
+            return np.fromiter((self._row[t] for t in texts), dtype=np.int64, count=len(texts))
+        except KeyError as exc:
+            raise DataError(f"text was not encoded for this task: {str(exc)[:80]}") from None
+
+    def codes_of(self, texts: Sequence[str]) -> np.ndarray:
+        """Stored codes (float32, int8 or packed bits) of ``texts``."""
+        return self.codes[self.rows(texts)]
+
+    def features_of(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 features for a learned probe: the vector, the int8 codes, or the bits as 0/1."""
+        codes = self.codes_of(texts)
+        if self.precision == "binary":
+            return np.unpackbits(codes, axis=1, count=self.dim).astype(np.float32)
+        return codes.astype(np.float32)
+
+    def paired_similarity(self, left: Sequence[str], right: Sequence[str]) -> np.ndarray:
+        """Similarity of ``left[i]`` with ``right[i]``, as the precision's index would score it."""
+        return self.quantizer.similarity(self.codes_of(left), self.codes_of(right), dim=self.dim)
+
+
+class Task(ABC):
+    """Something to score embeddings on; ``name`` becomes the records' ``task``."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def texts(self) -> list[str]:
+        """Every text the task needs vectors for (duplicates allowed)."""
+
+    @abstractmethod
+    def evaluate(self, embedded: EmbeddedTexts) -> list[Score]:
+        """Scores for one configuration."""
+
+
+def with_average(scores: list[Score], metric: str) -> list[Score]:
+    """Append the mean of ``scores`` as dataset ``avg`` when there is more than one."""
+    if len(scores) > 1:
+        scores = [*scores, Score("avg", metric, float(np.mean([s.score for s in scores])))]
+    return scores
+
+
+class STSTask(Task):
+    """Spearman ×100 between the pairs' similarity and their gold scores, per data set."""
+
+    name = "sts"
+
+    def __init__(self, suite: Mapping[str, ScoredPairs]) -> None:
+        if not suite:
+            raise DataError("no STS data sets to evaluate")
+        self.suite = dict(suite)
+
+    def texts(self) -> list[str]:
+        return [t for pairs in self.suite.values() for t in pairs.texts()]
+
+    def evaluate(self, embedded: EmbeddedTexts) -> list[Score]:
+        scores = [
+            Score(
+                name,
+                "spearman",
+                spearman_x100(
+                    embedded.paired_similarity(pairs.sentences1, pairs.sentences2), pairs.scores
+                ),
+            )
+            for name, pairs in self.suite.items()
+        ]
+        return with_average(scores, "spearman")
