@@ -11,7 +11,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export DEMITASSE_DATA ?= $(DATA)
 
-.PHONY: demo test lint format bench models-mpnet clean
+.PHONY: demo test lint format bench models-mpnet browser clean
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +23,14 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 demo: $(BIN)/.installed
 	$(BIN)/demitasse demo --data-dir $(DATA)
 
-test: $(BIN)/.installed
+test: $(BIN)/.installed browser
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest
+
+# The report test opens the HTML report in headless Chromium (Debian packages).
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check src tests benchmarks

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -34,42 +34,17 @@ from demitasse.compress._persist import (
     require,
     write_saved,
 )
+from demitasse.compress._registry import Registry
 from demitasse.errors import CompressorError
 
-_REGISTRY: dict[str, type[Compressor]] = {}
-
-C = TypeVar("C", bound="type[Compressor]")
-
-
-def register_compressor(cls: C) -> C:
-    """Class decorator: make ``cls`` available to ``make_compressor``/``load_compressor``."""
-    name = getattr(cls, "method", None)
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"{cls.__name__} needs a non-empty class attribute 'method'")
-    existing = _REGISTRY.get(name)
-    if existing is not None and existing.__qualname__ != cls.__qualname__:
-        raise TypeError(f"compressor method {name!r} is already registered by {existing}")
-    _REGISTRY[name] = cls
-    return cls
-
-
-def compressor_names() -> list[str]:
-    """Registered method names, sorted."""
-    return sorted(_REGISTRY)
-
-
-def _lookup(name: str) -> type[Compressor]:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise CompressorError(
-            f"unknown compressor {name!r}; known: {', '.join(compressor_names())}"
-        ) from None
+_REGISTRY: Registry[type[Compressor]] = Registry("compressor", "method")
+register_compressor = _REGISTRY.register
+compressor_names = _REGISTRY.names
 
 
 def make_compressor(name: str, **params: Any) -> Compressor:
     """Build an unfitted compressor by registry name, validating its hyperparameters now."""
-    return _lookup(name)._construct(params)
+    return _REGISTRY.lookup(name)._construct(params)
 
 
 def load_compressor(path: str | Path) -> Compressor:
@@ -272,7 +247,7 @@ class Compressor(Params):
         if config.get("kind", "compressor") != "compressor":
             raise CompressorError(f"{path} holds a saved {config.get('kind')}, not a compressor")
         method = require(config, "method", "str", path)
-        target = _lookup(method)
+        target = _REGISTRY.lookup(method)
         if cls is not Compressor and not issubclass(target, cls):
             raise CompressorError(f"{path} holds a {method} compressor, not {cls.method}")
         check_version(require(config, "version", "int", path), target.version, method, path)

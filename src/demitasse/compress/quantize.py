@@ -10,7 +10,7 @@ fitted on its full-width output; because compressors are Matryoshka (outputs are
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -33,45 +33,20 @@ from demitasse.compress._persist import (
     require,
     write_saved,
 )
+from demitasse.compress._registry import Registry
 from demitasse.errors import CompressorError
 
-_REGISTRY: dict[str, type[Quantizer]] = {}
-
-Q = TypeVar("Q", bound="type[Quantizer]")
+_REGISTRY: Registry[type[Quantizer]] = Registry("precision", "precision")
+register_quantizer = _REGISTRY.register
+quantizer_names = _REGISTRY.names
 
 # Number of set bits in each byte value: Hamming distance on packed codes is a table lookup.
 _POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
 
 
-def register_quantizer(cls: Q) -> Q:
-    """Class decorator: make ``cls`` available to ``make_quantizer``/``load_quantizer``."""
-    name = getattr(cls, "precision", None)
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"{cls.__name__} needs a non-empty class attribute 'precision'")
-    existing = _REGISTRY.get(name)
-    if existing is not None and existing.__qualname__ != cls.__qualname__:
-        raise TypeError(f"quantizer precision {name!r} is already registered by {existing}")
-    _REGISTRY[name] = cls
-    return cls
-
-
-def quantizer_names() -> list[str]:
-    """Registered precisions, sorted."""
-    return sorted(_REGISTRY)
-
-
-def _lookup(precision: str) -> type[Quantizer]:
-    try:
-        return _REGISTRY[precision]
-    except KeyError:
-        raise CompressorError(
-            f"unknown precision {precision!r}; known: {', '.join(quantizer_names())}"
-        ) from None
-
-
 def make_quantizer(precision: str, **params: Any) -> Quantizer:
     """Build an unfitted quantizer: ``"float32"``, ``"int8"`` or ``"binary"``."""
-    return _lookup(precision)._construct(params)
+    return _REGISTRY.lookup(precision)._construct(params)
 
 
 def load_quantizer(path: str | Path) -> Quantizer:
@@ -260,7 +235,7 @@ class Quantizer(Params):
         if config.get("kind") != "quantizer":
             raise CompressorError(f"{path} holds a saved {config.get('kind')}, not a quantizer")
         precision = require(config, "precision", "str", path)
-        target = _lookup(precision)
+        target = _REGISTRY.lookup(precision)
         if cls is not Quantizer and not issubclass(target, cls):
             raise CompressorError(f"{path} holds a {precision} quantizer, not {cls.precision}")
         check_version(require(config, "version", "int", path), target.version, precision, path)
