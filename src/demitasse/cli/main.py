@@ -172,6 +172,7 @@ def _evaluate_and_report(
         fit_data=fit_data if fit_data == STSB_TRAIN else Path(fit_data).name,
         batch_size=batch_size,
         log=_log if os.environ.get("DEMITASSE_VERBOSE") else lambda _: None,
+        progress=sys.stderr.isatty() or bool(os.environ.get("DEMITASSE_PROGRESS")),
     )
     out.mkdir(parents=True, exist_ok=True)
     write_records(out / "results.json", records)

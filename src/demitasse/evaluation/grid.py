@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from demitasse.compress import make_compressor, make_quantizer
 from demitasse.encoders.base import Encoder
@@ -109,6 +110,7 @@ def evaluate_grid(
     fit_data: str | None = None,
     batch_size: int = 64,
     log: Callable[[str], None] = lambda _: None,
+    progress: bool = False,
 ) -> list[ResultRecord]:
     """Score every layer × compressor × dim × precision on every task.
 
@@ -131,6 +133,10 @@ def evaluate_grid(
     full_dim = encoder.dim
     usable_dims = sorted({d for d in dims if d <= full_dim}, reverse=True)
     records: list[ResultRecord] = []
+    n_configs = len(layers) * len(precisions) * sum(
+        1 if s.method is None else len(usable_dims) for s in specs
+    )
+    bar = tqdm(total=n_configs, desc="evaluating configurations", disable=not progress)
     for layer in layers:
         for spec in specs:
             spec_dims = [full_dim] if spec.method is None else usable_dims
@@ -172,6 +178,8 @@ def evaluate_grid(
                                 )
                             )
                             log(_summary_line(records[-1]))
+                    bar.update()
+    bar.close()
     return records
 
 
