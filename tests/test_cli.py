@@ -169,9 +169,15 @@ def test_fit_and_transform_bad_input(tmp_path: Path, capsys: pytest.CaptureFixtu
     reason="all-MiniLM-L6-v2 package not installed",
 )
 def test_eval_real_model_int8_on_a_slice(data_dir: Path, tmp_path: Path) -> None:
+    from demitasse.data import load_stsb
+
     out = tmp_path / "real"
+    fit = tmp_path / "fit.txt"  # a slice of STS-B train keeps the test quick
+    fit.write_text("\n".join(load_stsb("train", data_dir).texts()[:600]) + "\n")
     argv = [
         "eval",
+        "--fit-data",
+        str(fit),
         "--data-dir",
         str(data_dir),
         "--out",

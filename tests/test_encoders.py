@@ -70,6 +70,14 @@ def test_layer_cut_gives_the_same_vectors_as_the_full_pass(
     np.testing.assert_allclose(cut, full[1], atol=1e-6)
 
 
+def test_a_cut_first_does_not_lose_deeper_layers(tiny_model: Path) -> None:
+    encoder = load_encoder(tiny_model, cache=False)
+    shallow = encoder.encode(TEXTS, layer=1)
+    layers = encoder.encode_layers(TEXTS)
+    assert sorted(layers) == [1, 2, 3]
+    np.testing.assert_allclose(layers[1], shallow, atol=1e-6)
+
+
 def test_batching_and_order_do_not_change_vectors(tiny_model: Path) -> None:
     encoder = load_encoder(tiny_model, cache=False)
     one = encoder.encode(TEXTS, batch_size=1)

@@ -25,6 +25,10 @@ def atomic_path(target: str | Path, suffix: str = "") -> Iterator[Path]:
     tmp = Path(tmp_name)
     try:
         yield tmp
+        # mkstemp creates 0600 files; give the result the permissions a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o666 & ~umask)
         tmp.replace(target)
     finally:
         tmp.unlink(missing_ok=True)

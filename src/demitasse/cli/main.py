@@ -16,6 +16,7 @@ from demitasse.errors import DemitasseError
 
 DEFAULT_DIMS = "384,256,128,64,32,16,8"
 STSB_TRAIN = "stsb-train"
+ENCODE_SPEED_TEXTS = 2000
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,11 +40,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--precision", default="float32", help="float32,int8,binary")
     evaluate.add_argument(
+        "--tasks",
+        default="sts",
+        help="sts,classification,retrieval,clustering,translation,efficiency or 'all'",
+    )
+    evaluate.add_argument(
         "--datasets",
         default="all",
-        help="'all' (STS12-16, STS-B, SICK-R), names like sts12,stsb, or scored-pair files",
+        help="STS sets: 'all' (STS12-16, STS-B, SICK-R), names like sts12,stsb, or pair files",
     )
-    evaluate.add_argument("--limit", type=int, default=None, help="use only the first N pairs")
+    evaluate.add_argument(
+        "--limit", type=int, default=None, help="shorten each data set to N items (quick runs)"
+    )
     _common(evaluate)
 
     fit = commands.add_parser("fit", help="fit a compressor on precomputed vectors and save it")
@@ -59,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     transform.add_argument("--column", default="embedding")
     transform.add_argument("--dim", type=int, default=None)
     transform.add_argument("--output", required=True, help=".npy file to write")
+
+    report = commands.add_parser("report", help="render results as Markdown + one HTML page")
+    report.add_argument("results", nargs="+", help="results.json files or folders holding one")
+    report.add_argument("--out", required=True, help="report directory")
+    report.add_argument("--title", default="demitasse report")
 
     demo = commands.add_parser("demo", help="truncation vs PCA at float32 and int8 on STS")
     demo.add_argument("--model", default=None)
@@ -80,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "eval": _run_eval,
             "fit": _run_fit,
             "transform": _run_transform,
+            "report": _run_report,
         }
         return runners[args.command](args)
     except DemitasseError as exc:
@@ -95,17 +109,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def _load_suite(spec: str, data_dir: str | None, limit: int | None) -> dict:
-    from demitasse.data import STS_SUITE, load_scored_pairs, load_sts
-
-    names = STS_SUITE if spec == "all" else [s.strip() for s in spec.split(",") if s.strip()]
-    suite = {}
-    for name in names:
-        pairs = load_scored_pairs(name) if Path(name).suffix else load_sts(name, data_dir)
-        suite[pairs.name] = pairs.head(limit) if limit else pairs
-    return suite
 
 
 def _fit_texts(spec: str, data_dir: str | None) -> list[str]:
@@ -135,6 +138,7 @@ def _evaluate_and_report(
     dims: str,
     precisions: str,
     fit_data: str,
+    tasks: str,
     datasets: str,
     data_dir: str | None,
     out: Path,
@@ -149,40 +153,86 @@ def _evaluate_and_report(
         parse_precisions,
     )
     from demitasse.evaluation.records import write_records
-    from demitasse.evaluation.tasks import STSTask
-    from demitasse.report import plot_sts_vs_dim, sts_table
+    from demitasse.evaluation.suites import build_tasks, parse_task_names
+    from demitasse.report import plot_sts_vs_dim, render_report, task_table
 
     # Parse everything and read the data before the slow model load, so mistakes fail fast.
     specs = parse_compressor_specs(compressors)
     dim_list = parse_int_list(dims, "--dims")
     precision_list = parse_precisions(precisions)
     layer_list = _parse_layers(layers)
-    suite = _load_suite(datasets, data_dir, limit)
+    task_names = parse_task_names(tasks)
+    task_list = build_tasks(task_names, data_dir, sts_datasets=datasets, limit=limit)
     fit_texts = _fit_texts(fit_data, data_dir)
+    fit_name = fit_data if fit_data == STSB_TRAIN else Path(fit_data).name
     encoder = load_encoder(model or DEFAULT_MODEL)
+    chosen_layers = list(range(1, encoder.num_layers + 1)) if layer_list is None else layer_list
     started = time.perf_counter()
     records = evaluate_grid(
         encoder,
-        [STSTask(suite)],
+        task_list,
         specs=specs,
         dims=dim_list,
         precisions=precision_list,
-        layers=list(range(1, encoder.num_layers + 1)) if layer_list is None else layer_list,
+        layers=chosen_layers,
         fit_texts=fit_texts,
-        fit_data=fit_data if fit_data == STSB_TRAIN else Path(fit_data).name,
+        fit_data=fit_name,
         batch_size=batch_size,
         log=_log if os.environ.get("DEMITASSE_VERBOSE") else lambda _: None,
         progress=sys.stderr.isatty() or bool(os.environ.get("DEMITASSE_PROGRESS")),
     )
+    if "efficiency" in task_names:
+        records += _speed_records(
+            model or DEFAULT_MODEL, chosen_layers or [encoder.num_layers], specs, dim_list,
+            fit_texts, fit_name, batch_size,
+        )  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     write_records(out / "results.json", records)
-    plot = plot_sts_vs_dim(records, out / "sts_vs_dim.png", title=encoder.name)
-    print(sts_table(records))
+    for task in dict.fromkeys(r.task for r in records if r.task != "efficiency"):
+        print(f"\n{task}\n\n{task_table(records, task).markdown()}")
+    outputs = [str(out / "results.json")]
+    if any(r.task == "sts" for r in records):
+        outputs.append(str(plot_sts_vs_dim(records, out / "sts_vs_dim.png", title=encoder.name)))
+    report = render_report(records, out / "report", title=f"demitasse: {encoder.name}")
+    outputs.append(str(report.html))
     print(
-        f"\n{len(records)} results in {out / 'results.json'}; plot in {plot} "
+        f"\n{len(records)} results in {outputs[0]}; plot and report: {', '.join(outputs[1:])} "
         f"({time.perf_counter() - started:.0f} s)"
     )
     return out
+
+
+def _speed_records(
+    model: str,
+    layers: list[int],
+    specs: list,
+    dims: list[int],
+    fit_texts: list[str],
+    fit_name: str,
+    batch_size: int,
+) -> list:
+    """Encode throughput per layer cut and transform throughput per compressor and dim."""
+    from demitasse.encoders import load_encoder
+    from demitasse.evaluation.efficiency import (
+        measure_encode_throughput,
+        measure_transform_throughput,
+    )
+
+    encoder = load_encoder(model, cache=False)  # timings must not read the cache
+    sample = fit_texts[:ENCODE_SPEED_TEXTS]
+    records = measure_encode_throughput(encoder, sample, layers, batch_size=batch_size)
+    vectors = encoder.encode_layers(sample, layers, batch_size=batch_size)
+    for layer in layers:
+        for spec in (s for s in specs if s.method is not None):
+            usable = [d for d in dims if d <= encoder.dim]
+            compressor = spec.build(encoder.dim, max(usable))
+            compressor.fit(vectors[layer], fit_data=f"{fit_name} (first {len(sample)})")
+            usable = [d for d in usable if d <= compressor.output_dim_]
+            records += measure_transform_throughput(
+                compressor, vectors[layer], usable, label=spec.label, model=encoder.name,
+                layer=layer,
+            )  # fmt: skip
+    return records
 
 
 def _run_eval(args: argparse.Namespace) -> int:
@@ -193,6 +243,7 @@ def _run_eval(args: argparse.Namespace) -> int:
         dims=args.dims,
         precisions=args.precision,
         fit_data=args.fit_data,
+        tasks=args.tasks,
         datasets=args.datasets,
         data_dir=args.data_dir,
         out=Path(args.out or "demitasse-results"),
@@ -232,6 +283,16 @@ def _run_transform(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_report(args: argparse.Namespace) -> int:
+    from demitasse.evaluation.records import read_records
+    from demitasse.report import render_report
+
+    records = [record for path in args.results for record in read_records(path)]
+    paths = render_report(records, args.out, title=args.title)
+    print(f"report: {paths.html} (one self-contained page) and {paths.markdown}")
+    return 0
+
+
 def _run_demo(args: argparse.Namespace) -> int:
     print(
         "demitasse demo: all-MiniLM-L6-v2 on STS12-16, STS-B and SICK-R; PCA fitted on STS-B "
@@ -245,6 +306,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         dims=DEFAULT_DIMS,
         precisions="float32,int8",
         fit_data=STSB_TRAIN,
+        tasks="sts",
         datasets="all",
         data_dir=args.data_dir,
         out=Path(args.out or "demo-results"),

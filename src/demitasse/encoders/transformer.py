@@ -101,6 +101,11 @@ class TransformerEncoder:
         self.num_layers = int(self.model.config.num_hidden_layers)
         self.dim = int(self.model.config.hidden_size)
         self.show_progress = show_progress
+        # transformers >= 5 collects hidden states through hooks it attaches to the blocks
+        # present at the first forward call; a layer cut hides blocks, so run the whole model
+        # once now or a cut-first caller would lose the deeper layers for good.
+        with torch.inference_mode():
+            self.model(**self._tokenize(["warm up"]), output_hidden_states=True)
         self._cache: EmbeddingCache | None = None
         if cache:
             key = "-".join(
