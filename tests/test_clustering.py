@@ -12,9 +12,9 @@ from demitasse.compress import make_quantizer
 from demitasse.errors import DataError
 from demitasse.evaluation.clustering import (
     ClusteringTask,
-    LabeledTexts,
     cluster_accuracy,
     kmeans_cluster,
+    labeled_texts,
     load_trec_clustering,
 )
 from demitasse.evaluation.grid import evaluate_grid, parse_compressor_specs
@@ -70,7 +70,7 @@ def test_nmi_is_bounded_and_near_zero_for_unrelated_labels() -> None:
     X = rng.standard_normal((300, 16)).astype(np.float32)
     texts = [f"t{i}" for i in range(len(X))]
     labels = rng.integers(0, 3, len(X))
-    scores = ClusteringTask(LabeledTexts("noise", texts, labels), n_init=2).evaluate(
+    scores = ClusteringTask(labeled_texts("noise", texts, labels), n_init=2).evaluate(
         _embedded(texts, X, "float32")
     )
     metrics = _by_metric(scores, "noise")
@@ -98,15 +98,15 @@ def test_several_sets_get_averages_and_bad_input_is_rejected() -> None:
     X, labels = _blobs(10, 3, 16, noise=0.2)
     texts = [f"t{i}" for i in range(len(X))]
     sets = [
-        LabeledTexts("first", texts[:15], labels[:15]),
-        LabeledTexts("second", texts[15:], labels[15:]),
+        labeled_texts("first", texts[:15], labels[:15]),
+        labeled_texts("second", texts[15:], labels[15:]),
     ]
     scores = ClusteringTask(sets, n_init=2).evaluate(_embedded(texts, X, "float32"))
     rows = {(s.dataset, s.metric) for s in scores}
     assert ("avg", "accuracy") in rows and ("avg", "nmi") in rows
     assert ("avg", "seconds") not in rows and ("second", "seconds") in rows
-    with pytest.raises(DataError, match="3 texts but labels"):
-        LabeledTexts("bad", ["a", "b", "c"], [0, 1])
+    with pytest.raises(DataError, match="3 texts but 2 labels"):
+        labeled_texts("bad", ["a", "b", "c"], [0, 1])
     with pytest.raises(DataError, match="at least 2 classes"):
         ClusteringTask({"one": (["a", "b"], [1, 1])})
     with pytest.raises(DataError, match="used twice"):
@@ -130,24 +130,15 @@ def test_clustering_runs_inside_the_grid() -> None:
     assert all(r.task == "clustering" and r.dataset == "fake" for r in records)
 
 
-def test_trec_reader_on_real_files(data_dir: Path) -> None:
+def test_trec_clustering_set_joins_train_and_test(data_dir: Path) -> None:
     trec = load_trec_clustering(data_dir)
     assert len(trec) == 5452 + 500
-    assert sorted(np.unique(trec.labels)) == ["ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"]
-    test = load_trec_clustering(data_dir / "senteval", splits=["test"])
-    assert test.texts[0] == "How far is it from Denver to Aspen ?"
-    assert test.labels[0] == "NUM"
+    assert trec.classes == ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM")
+    assert trec.texts[-500] == "How far is it from Denver to Aspen ?"
+    assert trec.classes[trec.labels[-500]] == "NUM"
 
 
-def test_trec_reader_errors(tmp_path: Path) -> None:
-    folder = tmp_path / "senteval" / "TREC"
-    folder.mkdir(parents=True)
-    (folder / "TREC_10.label").write_bytes("LOC:city Where is Z\xfcrich ?\n".encode("latin-1"))
-    assert load_trec_clustering(tmp_path, splits=["test"]).texts == ["Where is Zürich ?"]
-    with pytest.raises(DataError, match=r"train_5500\.label: file not found"):
-        load_trec_clustering(tmp_path)
-    (folder / "train_5500.label").write_text("DESC:def What is it ?\nno label here\n")
-    with pytest.raises(DataError, match="line 2: expected 'COARSE:fine question'"):
-        load_trec_clustering(tmp_path)
-    with pytest.raises(DataError, match="unknown TREC split"):
-        load_trec_clustering(tmp_path, splits=["dev"])
+def test_labels_of_any_kind_become_class_indices() -> None:
+    labeled = labeled_texts("pets", ["a", "b", "c"], ["dog", "cat", "dog"])
+    assert labeled.classes == ("cat", "dog")
+    assert labeled.labels.tolist() == [1, 0, 1]

@@ -1,11 +1,30 @@
-"""Data loaders: STS benchmarks (SentEval files or the Hugging Face hub), user pair and text
-files, and precomputed embeddings. Every user-caused problem raises :class:`DataError`."""
+"""Data loaders: STS (files or the Hugging Face hub), SentEval classification, BEIR retrieval,
+parallel text, user pair and text files, and precomputed embeddings.
 
+Every user-caused problem raises :class:`DataError`.
+"""
+
+from demitasse.data.beir import BeirDataset, load_beir
 from demitasse.data.embeddings import check_finite, load_embeddings
 from demitasse.data.files import load_scored_pairs, read_texts
 from demitasse.data.hub import HUB_REPOS, load_hf_sts
 from demitasse.data.pairs import ScoredPairs, concat_pairs
+from demitasse.data.parallel import ParallelTexts, load_multi30k, load_parallel
 from demitasse.data.paths import DATA_ENV, resolve_data_dir
+from demitasse.data.senteval_classification import (
+    CLASSIFICATION_SUITE,
+    LabeledPairs,
+    LabeledSplits,
+    LabeledTexts,
+    load_binary_line_files,
+    load_classification_set,
+    load_cr,
+    load_mr,
+    load_mrpc,
+    load_sst,
+    load_sst2,
+    load_trec,
+)
 from demitasse.data.sts import (
     STS_SUITE,
     canonical_sts_name,
@@ -17,21 +36,38 @@ from demitasse.data.sts import (
 )
 
 __all__ = [
+    "CLASSIFICATION_SUITE",
     "DATA_ENV",
     "HUB_REPOS",
     "STS_SUITE",
+    "BeirDataset",
+    "LabeledPairs",
+    "LabeledSplits",
+    "LabeledTexts",
+    "ParallelTexts",
     "ScoredPairs",
     "canonical_sts_name",
     "check_finite",
     "concat_pairs",
+    "load_beir",
+    "load_binary_line_files",
+    "load_classification_set",
+    "load_cr",
     "load_embeddings",
     "load_hf_sts",
+    "load_mr",
+    "load_mrpc",
+    "load_multi30k",
+    "load_parallel",
     "load_scored_pairs",
     "load_senteval_sts",
     "load_sickr",
+    "load_sst",
+    "load_sst2",
     "load_sts",
     "load_sts_suite",
     "load_stsb",
+    "load_trec",
     "read_texts",
     "resolve_data_dir",
 ]

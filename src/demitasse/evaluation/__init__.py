@@ -1,24 +1,49 @@
 """The evaluation harness: tasks score vectors and emit result records."""
 
+from demitasse.evaluation.classification import ClassificationTask, ProbeSettings
+from demitasse.evaluation.clustering import ClusteringTask, cluster_accuracy, kmeans_cluster
+from demitasse.evaluation.efficiency import (
+    EfficiencyTask,
+    measure_encode_throughput,
+    measure_transform_throughput,
+)
 from demitasse.evaluation.grid import CompressorSpec, evaluate_grid, parse_compressor_specs
+from demitasse.evaluation.ranking_metrics import evaluate_run
 from demitasse.evaluation.records import (
     ResultRecord,
     machine_description,
     read_records,
     write_records,
 )
+from demitasse.evaluation.retrieval import RetrievalTask, exact_search
 from demitasse.evaluation.sts import spearman_x100
+from demitasse.evaluation.suites import TASK_NAMES, build_tasks
 from demitasse.evaluation.tasks import EmbeddedTexts, Score, STSTask, Task, with_average
+from demitasse.evaluation.translation import TranslationTask
 
 __all__ = [
+    "TASK_NAMES",
+    "ClassificationTask",
+    "ClusteringTask",
     "CompressorSpec",
+    "EfficiencyTask",
     "EmbeddedTexts",
+    "ProbeSettings",
     "ResultRecord",
+    "RetrievalTask",
     "STSTask",
     "Score",
     "Task",
+    "TranslationTask",
+    "build_tasks",
+    "cluster_accuracy",
     "evaluate_grid",
+    "evaluate_run",
+    "exact_search",
+    "kmeans_cluster",
     "machine_description",
+    "measure_encode_throughput",
+    "measure_transform_throughput",
     "parse_compressor_specs",
     "read_records",
     "spearman_x100",

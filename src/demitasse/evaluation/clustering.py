@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import normalized_mutual_info_score
 from threadpoolctl import threadpool_limits
 
-from demitasse.data._text import require_file
-from demitasse.data.paths import resolve_data_dir
+from demitasse.data.senteval_classification import LabeledTexts, load_trec
 from demitasse.errors import DataError
 from demitasse.evaluation.tasks import EmbeddedTexts, Score, Task, with_average
 
@@ -35,39 +33,6 @@ DEFAULT_N_INIT = 10
 #: Threads for k-means. One by default: a few thousand points gain little from more, and on a
 #: loaded machine OpenMP's spinning threads made TREC k-means 20× slower and its timing noisy.
 DEFAULT_THREADS = 1
-
-_TREC_FILES = {"train": "train_5500.label", "test": "TREC_10.label"}
-
-
-@dataclass(frozen=True, eq=False)
-class LabeledTexts:
-    """Texts with one class label each (any hashable labels: strings or integers)."""
-
-    name: str
-    texts: list[str]
-    labels: np.ndarray
-
-    def __post_init__(self) -> None:
-        texts = list(self.texts)
-        labels = np.asarray(self.labels)
-        if labels.ndim != 1 or len(labels) != len(texts):
-            raise DataError(
-                f"{self.name}: {len(texts)} texts but labels of shape {labels.shape}; "
-                "give one label per text"
-            )
-        labels.setflags(write=False)
-        object.__setattr__(self, "texts", texts)
-        object.__setattr__(self, "labels", labels)
-
-    def __len__(self) -> int:
-        return len(self.texts)
-
-    def __repr__(self) -> str:
-        return f"LabeledTexts(name={self.name!r}, texts={len(self)}, classes={self.n_classes})"
-
-    @property
-    def n_classes(self) -> int:
-        return len(np.unique(self.labels))
 
 
 def cluster_accuracy(labels_true: Any, labels_pred: Any) -> float:
@@ -127,7 +92,7 @@ def _as_sets(
         return [sets]
     if isinstance(sets, Mapping):
         return [
-            value if isinstance(value, LabeledTexts) else LabeledTexts(name, *value)
+            value if isinstance(value, LabeledTexts) else labeled_texts(name, *value)
             for name, value in sets.items()
         ]
     return list(sets)
@@ -160,7 +125,7 @@ class ClusteringTask(Task):
                 raise DataError(f"expected LabeledTexts, got {type(labeled).__name__}")
             if names.count(labeled.name) > 1:
                 raise DataError(f"clustering set name {labeled.name!r} is used twice")
-            if labeled.n_classes < 2:
+            if len(np.unique(labeled.labels)) < 2:
                 raise DataError(f"clustering set {labeled.name!r} needs at least 2 classes")
         self.seed = seed
         self.n_init = n_init
@@ -178,7 +143,7 @@ class ClusteringTask(Task):
         accuracy, nmi, seconds = [], [], []
         for labeled in self.sets:
             X = embedded.features_of(labeled.texts)
-            k = labeled.n_classes
+            k = len(np.unique(labeled.labels))
             start = time.perf_counter()
             predicted = kmeans_cluster(
                 X,
@@ -216,48 +181,22 @@ class ClusteringTask(Task):
         return [*with_average(accuracy, "accuracy"), *with_average(nmi, "nmi"), *seconds]
 
 
-def _read_trec(path: Path) -> tuple[list[str], list[str]]:
-    """``COARSE:fine question …`` lines (latin-1) → questions and coarse labels."""
-    texts: list[str] = []
-    labels: list[str] = []
-    for lineno, line in enumerate(path.read_bytes().decode("latin-1").split("\n"), start=1):
-        line = line.rstrip("\r")
-        if not line.strip():
-            continue
-        label, _, question = line.partition(" ")
-        coarse, colon, _fine = label.partition(":")
-        if not colon or not coarse or not question.strip():
-            raise DataError(
-                f"{path}: line {lineno}: expected 'COARSE:fine question', got {line[:40]!r}"
-            )
-        texts.append(question.strip())
-        labels.append(coarse)
-    if not texts:
-        raise DataError(f"{path}: file is empty")
-    return texts, labels
+def labeled_texts(name: str, texts: Sequence[str], labels: Any) -> LabeledTexts:
+    """Wrap texts with labels of any kind (strings or integers) as :class:`LabeledTexts`."""
+    values = np.asarray(labels).reshape(-1)
+    if len(values) != len(texts):
+        raise DataError(f"{name}: {len(texts)} texts but {len(values)} labels")
+    classes, ids = np.unique(values, return_inverse=True)
+    return LabeledTexts(name, list(texts), ids, tuple(str(c) for c in classes))
 
 
-def load_trec_clustering(
-    data_dir: str | Path | None = None, splits: Sequence[str] = ("train", "test")
-) -> LabeledTexts:
-    """TREC questions labeled by coarse type (ABBR, DESC, ENTY, HUM, LOC, NUM), named "TREC".
-
-    Reads ``<data_dir>/senteval/TREC/{train_5500,TREC_10}.label`` (``data_dir`` may also be
-    the ``senteval`` folder); by default both splits, 5452 + 500 questions.
-    """
-    root = resolve_data_dir(data_dir)
-    folder = root / "TREC" if (root / "TREC").is_dir() else root / "senteval" / "TREC"
-    texts: list[str] = []
-    labels: list[str] = []
-    for split in splits:
-        if split not in _TREC_FILES:
-            raise DataError(f"unknown TREC split {split!r}; choose from train, test")
-        path = folder / _TREC_FILES[split]
-        if not path.is_file():
-            raise DataError(f"{path}: file not found; is --data-dir the shared data folder?")
-        split_texts, split_labels = _read_trec(require_file(path))
-        texts += split_texts
-        labels += split_labels
-    if not texts:
-        raise DataError("no TREC split selected")
-    return LabeledTexts("TREC", texts, np.array(labels))
+def load_trec_clustering(data_dir: str | Path | None = None) -> LabeledTexts:
+    """TREC questions (train + test, 5452 + 500) labeled by their 6 coarse types, "TREC"."""
+    trec = load_trec(data_dir)
+    both = [trec.train, trec.test]
+    return LabeledTexts(
+        "TREC",
+        [t for part in both for t in part.texts],
+        np.concatenate([part.labels for part in both]),
+        trec.train.classes,
+    )

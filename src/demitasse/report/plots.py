@@ -7,6 +7,7 @@ scatter plots) per precision, so figures of one report read alike. Each is writt
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -275,7 +276,8 @@ def quality_label(best: Headline) -> str:
 
 
 def _title(title: str, subject: str) -> str:
-    return f"{title}: {subject}" if title else subject
+    # Wrapped, because one narrow panel plus an outside legend leaves little width.
+    return "\n".join(textwrap.wrap(f"{title}: {subject}" if title else subject, 55))
 
 
 def _line_panels(
@@ -341,7 +343,7 @@ def _line_panels(
         Line2D([], [], color="0.35", ls=LINE_STYLES.get(p, "-."), lw=1.4, label=p)
         for p in _precisions(k[4] for k in xs)
     ]
-    fig.legend(handles=handles, loc="outside right upper", fontsize=8, title="method / precision")
+    fig.legend(handles=handles, loc="outside right center", fontsize=8, title="method / precision")
     fig.suptitle(_title(title, f"{_task_label(best.task)} against {xlabel}"))
     return _save(fig, path)
 
@@ -419,7 +421,7 @@ def _pareto_plot(
     handles.append(
         Line2D([], [], color="black", marker="o", mfc="none", ms=8, label="Pareto front")
     )
-    fig.legend(handles=handles, loc="outside right upper", fontsize=8, title="method / precision")
+    fig.legend(handles=handles, loc="outside right center", fontsize=8, title="method / precision")
     fig.suptitle(_title(title, f"{_task_label(task)} against {subject}"))
     return _save(fig, path)
 
