@@ -90,6 +90,7 @@ def test_a_failed_run_leaves_previous_results_intact(
         (["--precision", "int4"], "unknown precision"),
         (["--layers", "0"], "--layers"),
         (["--datasets", "sts99"], "unknown STS set"),
+        (["--tasks", "sts,nope"], "unknown task 'nope'"),
     ],
 )
 def test_eval_option_mistakes(
