@@ -2,7 +2,8 @@
 """Measured efficiency: encode and transform throughput, index size and search latency.
 
 Every figure is timed, never estimated: a warm-up run first, then the best (fastest) of
-``repeats`` runs, because on a shared machine other work only ever makes a run slower. Each
+``repeats`` runs, because on a shared machine other work only ever makes a run slower; runs
+being compared (layer cuts, dims) are interleaved so a burst of other work hits them alike. Each
 record carries the machine and, in ``extra``, the torch and faiss thread counts it ran with.
 
 * :func:`measure_encode_throughput`: sentences/s of an encoder per layer cut (a cut at layer
@@ -333,6 +334,8 @@ def _build_index(precision: str, corpus_codes: np.ndarray, query_codes: np.ndarr
         size = len(faiss.serialize_index_binary(index))
         queries = np.ascontiguousarray(query_codes, dtype=np.uint8)
         return _SearchIndex(index, queries, size, "IndexBinaryFlat", size)
+    if precision not in ("float32", "int8"):
+        raise DemitasseError(f"no search index for precision {precision!r}")
     index = faiss.IndexFlatIP(corpus_codes.shape[1])
     index.add(_unit_rows(corpus_codes))
     size = len(faiss.serialize_index(index))
