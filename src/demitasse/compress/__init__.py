@@ -9,6 +9,7 @@ Example::
     scores = q.similarity(q.quantize(small_a), q.quantize(small_b))  # paired, float64 [n]
 """
 
+from demitasse.compress.adaptor import MatryoshkaAdaptor
 from demitasse.compress.base import (
     Compressor,
     compressor_names,
@@ -16,6 +17,8 @@ from demitasse.compress.base import (
     make_compressor,
     register_compressor,
 )
+from demitasse.compress.learned import LearnedCompressor
+from demitasse.compress.mcr2 import MCR2
 from demitasse.compress.pca import PCA
 from demitasse.compress.quantize import (
     BinaryQuantizer,
@@ -28,14 +31,20 @@ from demitasse.compress.quantize import (
     register_quantizer,
 )
 from demitasse.compress.random_projection import RandomProjection
+from demitasse.compress.smec import SMEC, EmbeddingMemory
 from demitasse.compress.truncate import Truncate
 
 __all__ = [
+    "MCR2",
     "PCA",
+    "SMEC",
     "BinaryQuantizer",
     "Compressor",
+    "EmbeddingMemory",
     "Float32Quantizer",
     "Int8Quantizer",
+    "LearnedCompressor",
+    "MatryoshkaAdaptor",
     "Quantizer",
     "RandomProjection",
     "Truncate",

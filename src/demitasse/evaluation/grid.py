@@ -40,6 +40,8 @@ PRESETS: dict[str, CompressorSpec] = {
     "pca-whiten": CompressorSpec("pca-whiten", "pca", {"whiten": True}),
     "pca-abtt": CompressorSpec("pca-abtt", "pca", {"abtt": "auto"}),
     "random": CompressorSpec("random", "random", {"seed": 0}),
+    "adaptor": CompressorSpec("adaptor", "adaptor"),
+    "smec": CompressorSpec("smec", "smec"),
 }
 
 
@@ -133,8 +135,10 @@ def evaluate_grid(
     full_dim = encoder.dim
     usable_dims = sorted({d for d in dims if d <= full_dim}, reverse=True)
     records: list[ResultRecord] = []
-    n_configs = len(layers) * len(precisions) * sum(
-        1 if s.method is None else len(usable_dims) for s in specs
+    n_configs = (
+        len(layers)
+        * len(precisions)
+        * sum(1 if s.method is None else len(usable_dims) for s in specs)
     )
     bar = tqdm(total=n_configs, desc="evaluating configurations", disable=not progress)
     for layer in layers:

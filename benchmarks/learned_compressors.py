@@ -1,0 +1,268 @@
+# ruff: noqa: N806  (scikit-learn convention: matrices are capitalised)
+"""Learned width compressors (Matryoshka-Adaptor, SMEC and its ablations) vs PCA and truncation.
+
+all-MiniLM-L6-v2, 7-set STS average (test splits) at 256…8 dims, in two settings reported
+separately: *unsupervised* (compressors and PCA fitted on unlabeled sentences only) and
+*supervised* (the same sentences plus STS-B train and SICK train, whose scores drive a CoSENT
+term). Also SciFact test nDCG@10 at 128/64/32 and transform throughput next to PCA's.
+Hyperparameters were chosen on STS-B dev only; test figures come from this single run.
+
+    python benchmarks/learned_compressors.py --data-dir ../shared/data
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from demitasse.compress import Compressor, make_compressor, make_quantizer
+from demitasse.compress.adaptor import MatryoshkaAdaptor
+from demitasse.compress.smec import SMEC
+from demitasse.data import load_sickr, load_sts_suite, load_stsb, read_texts, resolve_data_dir
+from demitasse.data.beir import load_beir
+from demitasse.encoders import load_encoder
+from demitasse.evaluation import (
+    EmbeddedTexts,
+    ResultRecord,
+    STSTask,
+    Task,
+    machine_description,
+    write_records,
+)
+from demitasse.evaluation.efficiency import measure_transform_throughput
+from demitasse.evaluation.retrieval import RetrievalTask
+from demitasse.report import markdown_table, plot_sts_vs_dim
+from demitasse.report.results_file import update_section
+
+HERE = Path(__file__).resolve().parent
+LEARNED: dict[str, Callable[..., Compressor]] = {
+    "adaptor": lambda **kw: MatryoshkaAdaptor(dim=256, min_dim=8, **kw),
+    "smec": lambda **kw: SMEC(dim=256, min_dim=8, **kw),
+    "smec-no-smrl": lambda **kw: SMEC(dim=256, min_dim=8, smrl=False, **kw),
+    "smec-no-ads": lambda **kw: SMEC(dim=256, min_dim=8, ads=False, **kw),
+    "smec-no-xbm": lambda **kw: SMEC(dim=256, min_dim=8, xbm=False, **kw),
+}
+TARGET_GAIN = {32: 1.5, 16: 2.5, 8: 4.0}  # unsupervised: SMEC over max(PCA, truncation)
+TARGET_SUPERVISED = {32: 78.0, 16: 74.5, 8: 68.0}
+
+
+def unlabeled_sentences(data_dir: Path, n: int, seed: int, exclude: set[str]) -> list[str]:
+    """``n`` distinct sentences (>= 3 words) from unlabeled/en, none of them in ``exclude``."""
+    texts: list[str] = []
+    for path in sorted((data_dir / "unlabeled" / "en").glob("*.txt.gz")):
+        texts.extend(read_texts(path))
+    pool = [t for t in dict.fromkeys(texts) if t not in exclude and len(t.split()) >= 3]
+    random.Random(seed).shuffle(pool)
+    return pool[:n]
+
+
+def evaluate(
+    model: str, method: str, setting: str, fit_data: str | None, compressor: Compressor | None,
+    vectors: np.ndarray, texts: list[str], tasks: Sequence[tuple[Task, Sequence[int]]],
+) -> list[ResultRecord]:  # fmt: skip
+    records = []
+    quantizer = make_quantizer("float32")
+    for task, dims in tasks:
+        for dim in dims:
+            reduced = vectors if compressor is None else compressor.transform(vectors, dim=dim)
+            embedded = EmbeddedTexts(texts, quantizer.quantize(reduced), quantizer, dim)
+            for score in task.evaluate(embedded):
+                records.append(
+                    ResultRecord(
+                        model=model, layer=None, method=method, dim=dim, precision="float32",
+                        task=task.name, dataset=score.dataset, metric=score.metric,
+                        score=score.score, bytes_per_vector=4 * dim, fit_data=fit_data,
+                        extra={**score.extra, "setting": setting},
+                    )
+                )  # fmt: skip
+    return records
+
+
+def avg_table(
+    records: Sequence[ResultRecord], task: str, dataset: str, metric: str, dims: Sequence[int]
+) -> Any:
+    chosen = [r for r in records if (r.task, r.dataset, r.metric) == (task, dataset, metric)]
+    methods = list(dict.fromkeys(r.method for r in chosen))
+    score = {(r.method, r.dim): r.score for r in chosen}
+    rows = [[m, *(round(score[m, d], 2) if (m, d) in score else "" for d in dims)] for m in methods]
+    return markdown_table(["method", *map(str, dims)], rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--model", default="all-MiniLM-L6-v2")
+    parser.add_argument("--dims", default="256,128,64,32,16,8")
+    parser.add_argument("--n-unlabeled", type=int, default=10000)
+    parser.add_argument("--max-epochs", type=int, default=8, help="per SMEC stage / adaptor")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-retrieval", action="store_true")
+    parser.add_argument("--results-name", default="learned_compressors")
+    args = parser.parse_args()
+
+    started = time.perf_counter()
+    log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    data_dir = resolve_data_dir(args.data_dir)
+    dims = [int(d) for d in args.dims.split(",")]
+    encoder = load_encoder(args.model)
+    suite = load_sts_suite(data_dir)
+    sts = STSTask(suite)
+    tasks: list[tuple[Task, Sequence[int]]] = [(sts, dims)]
+    if not args.no_retrieval:
+        tasks.append((RetrievalTask(load_beir(data_dir / "beir" / "scifact")), [128, 64, 32]))
+    texts = list(dict.fromkeys(t for task, _ in tasks for t in task.texts()))
+    log(f"encoding {len(texts)} evaluation texts")
+    vectors = encoder.encode(texts)
+
+    stsb_train, sick_train = load_stsb("train", data_dir), load_sickr("train", data_dir)
+    exclude = set(texts) | set(load_stsb("dev", data_dir).texts())
+    unlabeled = unlabeled_sentences(data_dir, args.n_unlabeled, args.seed, exclude)
+    log(f"encoding {len(unlabeled)} unlabeled sentences (cached after the first run)")
+    X_unlabeled = encoder.encode(unlabeled)
+    labelled = list(dict.fromkeys(stsb_train.texts() + sick_train.texts()))
+    X_supervised = np.concatenate([X_unlabeled, encoder.encode(labelled)])
+    # CoSENT only compares scores within a batch; map both scales onto [0, 1] so mixed batches
+    # of STS-B (0–5) and SICK (1–5) pairs rank consistently.
+    left = encoder.encode(stsb_train.sentences1 + sick_train.sentences1)
+    right = encoder.encode(stsb_train.sentences2 + sick_train.sentences2)
+    scores = np.concatenate(
+        [np.asarray(stsb_train.scores) / 5.0, (np.asarray(sick_train.scores) - 1.0) / 4.0]
+    )
+    n_k = f"{len(unlabeled) // 1000}k"
+    settings = {
+        "unsupervised": (X_unlabeled, f"unlabeled-en-{n_k}", {}),
+        "supervised": (
+            X_supervised,
+            f"unlabeled-en-{n_k}+stsb-train+sick-train",
+            {"pairs": (left, right), "scores": scores},
+        ),
+    }
+
+    records: list[ResultRecord] = []
+    fit_seconds: dict[tuple[str, str], float] = {}
+    throughput_rows = vectors[: min(len(vectors), 20000)]
+    throughput: list[ResultRecord] = []
+    records += evaluate(encoder.name, "none", "both", None, None, vectors, texts,
+                        [(task, [encoder.dim]) for task, _ in tasks])  # fmt: skip
+    for setting, (X, fit_data, supervision) in settings.items():
+        log(f"--- {setting}: fitting on {len(X)} sentences ({fit_data})")
+        baselines = {
+            "truncate": make_compressor("truncate", dim=max(dims)).fit(X, fit_data=fit_data),
+            "pca": make_compressor("pca", dim=max(dims)).fit(X, fit_data=fit_data),
+        }
+        compressors: dict[str, Compressor] = dict(baselines)
+        for name, build in LEARNED.items():
+            clock = time.perf_counter()
+            compressors[name] = build(max_epochs=args.max_epochs).fit(
+                X, fit_data=fit_data, **supervision
+            )
+            fit_seconds[setting, name] = time.perf_counter() - clock
+            log(f"{setting} {name}: fitted in {fit_seconds[setting, name]:.0f} s")
+        for name, compressor in compressors.items():
+            new = evaluate(encoder.name, name, setting, fit_data, compressor, vectors, texts, tasks)
+            records += new
+            avg = {r.dim: round(r.score, 2) for r in new if r.task == "sts" and r.dataset == "avg"}
+            log(f"{setting} {name}: STS avg {avg}")
+            if setting == "unsupervised" and name != "truncate":
+                throughput += measure_transform_throughput(
+                    compressor, throughput_rows, [max(dims), 32, 8], label=name,
+                    model=encoder.name, layer=None, repeats=3,
+                )  # fmt: skip
+    elapsed = time.perf_counter() - started
+    for record in records:
+        if record.method in LEARNED and record.extra.get("setting") in settings:
+            record.extra["fit_seconds"] = round(fit_seconds[record.extra["setting"], record.method])
+    write_records(HERE / "results" / f"{args.results_name}.json", records + throughput)
+
+    sections = []
+    for setting, (_, fit_data, _) in settings.items():
+        rows = [r for r in records if r.extra.get("setting") in (setting, "both")]
+        plot = plot_sts_vs_dim(
+            [r for r in rows if r.method != "none"],
+            HERE / "results" / f"{args.results_name}_{setting}.png",
+            title=f"{encoder.name}: learned compressors, {setting} ({fit_data})",
+        )
+        avg = {(r.method, r.dim): r.score for r in rows if r.task == "sts" and r.dataset == "avg"}
+        if setting == "unsupervised":
+            check = [
+                [d, round(avg["smec", d], 2),
+                 round(max(avg["pca", d], avg["truncate", d]), 2),
+                 round(avg["smec", d] - max(avg["pca", d], avg["truncate", d]), 2),
+                 f"+{TARGET_GAIN[d]}"]
+                for d in TARGET_GAIN if ("smec", d) in avg
+            ]  # fmt: skip
+            check_table = markdown_table(
+                ["dim", "SMEC", "best of PCA/trunc.", "gain", "target gain"], check
+            )
+        else:
+            check = [[d, round(avg["smec", d], 2), TARGET_SUPERVISED[d]]
+                     for d in TARGET_SUPERVISED if ("smec", d) in avg]  # fmt: skip
+            check_table = markdown_table(["dim", "SMEC", "target"], check)
+        fits = ", ".join(f"{name} {fit_seconds[setting, name]:.0f} s" for name in LEARNED)
+        sections += [
+            f"### {setting.capitalize()}: fitted on `{fit_data}`",
+            "",
+            "STS average (Spearman ×100 of cosine, 7 test sets):",
+            "",
+            avg_table(rows, "sts", "avg", "spearman", [encoder.dim, *dims]),
+            "",
+            "Target check:",
+            "",
+            check_table,
+            "",
+        ]
+        if not args.no_retrieval:
+            sections += [
+                "SciFact test nDCG@10:",
+                "",
+                avg_table(rows, "retrieval", "SciFact", "ndcg@10", [encoder.dim, 128, 64, 32]),
+                "",
+            ]
+        sections += [
+            f"Fit time on this machine: {fits}. Plot: `benchmarks/results/{plot.name}`.",
+            "",
+        ]
+    tp = {(r.method, r.dim): r.score for r in throughput}
+    tp_rows = [[m, *(f"{tp[m, d]:,.0f}" for d in (max(dims), 32, 8))]
+               for m in dict.fromkeys(r.method for r in throughput)]  # fmt: skip
+    body = "\n".join(
+        [
+            "## Learned width compressors: Matryoshka-Adaptor, SMEC and ablations "
+            "(`learned_compressors`)",
+            "",
+            "Command: `python benchmarks/learned_compressors.py --data-dir ../shared/data`  ",
+            f"Machine: {machine_description()}; wall time {elapsed:.0f} s (embedding cache warm; "
+            "the CPU was shared with other jobs).  ",
+            f"Model {encoder.name}, last layer, {encoder.pooling} pooling, float32. "
+            f"Unsupervised rows: every compressor (PCA included) fitted on the same "
+            f"{len(unlabeled)} unlabeled sentences sampled (seed {args.seed}) from "
+            "`unlabeled/en/*.txt.gz`, excluding every evaluation sentence and STS-B dev. "
+            "Supervised rows: the same sentences plus the STS-B train and SICK train sentences; "
+            "the learned compressors also get a CoSENT term (weight 1) on the STS-B train and "
+            "SICK train pairs, scores mapped to [0, 1]. Hyperparameters (library defaults: "
+            "hidden 512, batch 256, AdamW 1e-3, top-k 10, S-XBM memory 5000, validation 10 %, "
+            f"patience 2; at most {args.max_epochs} epochs per SMEC stage / adaptor) were "
+            "chosen on STS-B dev only. SMEC stages 384→256→128→64→32→16→8.",
+            "",
+            *sections,
+            f"Transform throughput (vectors/s, {len(throughput_rows)} vectors, best of 3, "
+            "unsupervised fits):",
+            "",
+            markdown_table(["method", *(f"dim {d}" for d in (max(dims), 32, 8))], tp_rows),
+        ]
+    )
+    if args.results_name == "learned_compressors":
+        update_section(HERE / "RESULTS.md", "learned_compressors", body)
+    print(body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+# ruff: noqa: N803  (scikit-learn convention: matrices are capitalised)
+"""Matryoshka-Adaptor (Yoon et al., EMNLP 2024): a residual MLP e + f(e) on frozen embeddings
+whose every prefix keeps the pairwise cosine similarities of the original embeddings."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from demitasse.compress._arrays import is_int
+from demitasse.compress.base import register_compressor
+from demitasse.compress.learned import LearnedCompressor, halving_dims
+from demitasse.errors import CompressorError
+
+if TYPE_CHECKING:
+    import torch
+
+
+def residual_mlp(width: int, hidden: int) -> torch.nn.Module:
+    """``u + f(u)`` with f a one-hidden-layer GELU MLP whose output layer starts at zero."""
+    import torch
+
+    class ResidualMLP(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.hidden = torch.nn.Linear(width, hidden)
+            self.out = torch.nn.Linear(hidden, width)
+            torch.nn.init.zeros_(self.out.weight)
+            torch.nn.init.zeros_(self.out.bias)
+
+        def forward(self, u: torch.Tensor) -> torch.Tensor:
+            return u + self.out(torch.nn.functional.gelu(self.hidden(u)))
+
+    return ResidualMLP()
+
+
+@register_compressor
+class MatryoshkaAdaptor(LearnedCompressor):
+    """Residual MLP adaptor trained so that every prefix keeps the original similarities.
+
+    The loss averages, over the Matryoshka dims ``dim, dim/2, …, min_dim``, the mean absolute
+    cosine gap over all in-batch pairs plus over each sample's ``topk`` in-batch neighbours;
+    ``reconstruction_weight`` × ‖f(e)‖² keeps the adaptor near the identity. With supervision,
+    ``cosent_weight`` × CoSENT (scored pairs) and ``rank_weight`` × Search-Adaptor rank loss
+    (query–document pairs) are added, averaged over the same dims. Inputs are rotated onto their
+    principal axes first (``rotate``), so the untrained adaptor is exactly PCA.
+    """
+
+    method: ClassVar[str] = "adaptor"
+
+    def __init__(
+        self,
+        dim: int | None = None,
+        min_dim: int = 8,
+        hidden_dim: int = 512,
+        topk: int = 10,
+        reconstruction_weight: float = 0.01,
+        cosent_weight: float = 1.0,
+        rank_weight: float = 1.0,
+        rotate: bool = True,
+        batch_size: int = 256,
+        max_epochs: int = 20,
+        patience: int = 2,
+        learning_rate: float = 1e-3,
+        weight_decay: float = 0.0,
+        validation_fraction: float = 0.1,
+        seed: int = 0,
+        device: str = "auto",
+        progress: bool = False,
+    ) -> None:
+        self.dim = dim
+        self.min_dim = min_dim
+        self.hidden_dim = hidden_dim
+        self.topk = topk
+        self.reconstruction_weight = reconstruction_weight
+        self.cosent_weight = cosent_weight
+        self.rank_weight = rank_weight
+        self.rotate = rotate
+        self.batch_size = batch_size
+        self.max_epochs = max_epochs
+        self.patience = patience
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.validation_fraction = validation_fraction
+        self.seed = seed
+        self.device = device
+        self.progress = progress
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        for attr in ("min_dim", "hidden_dim", "topk"):
+            value = getattr(self, attr)
+            if not is_int(value) or value < 1:
+                raise CompressorError(f"adaptor: {attr} must be a positive integer, got {value!r}")
+        if (
+            not isinstance(self.reconstruction_weight, int | float)
+            or self.reconstruction_weight < 0
+        ):
+            raise CompressorError("adaptor: reconstruction_weight must be a number >= 0")
+
+    @property
+    def matryoshka_dims_(self) -> list[int]:
+        """The prefix widths the loss is averaged over."""
+        return halving_dims(self.output_dim_, min(int(self.min_dim), self.output_dim_))
+
+    def _build_network(self) -> torch.nn.Module:
+        return residual_mlp(self.n_features_in_, int(self.hidden_dim))
+
+    def _train(self, U: torch.Tensor, X: torch.Tensor) -> None:
+        import torch
+
+        from demitasse.compress.similarity_losses import (
+            pairwise_similarity_loss,
+            reconstruction_loss,
+            topk_similarity_loss,
+        )
+
+        dims = self.matryoshka_dims_
+        network = self.network_
+
+        def prefixes(u: torch.Tensor) -> list[torch.Tensor]:
+            out = network(u)
+            return [out[:, :d] for d in dims]
+
+        def batch_loss(rows: torch.Tensor, training: bool) -> torch.Tensor:
+            u, x = U[rows], X[rows]
+            adapted = network(u)
+            unsupervised = torch.stack(
+                [
+                    pairwise_similarity_loss(x, adapted[:, :d])
+                    + topk_similarity_loss(x, adapted[:, :d], int(self.topk))
+                    for d in dims
+                ]
+            ).mean()
+            loss = unsupervised + self.reconstruction_weight * reconstruction_loss(adapted, u)
+            return loss + self.supervised_loss(prefixes, training)
+
+        self.run_training(
+            [network], [{"params": network.parameters()}], batch_loss, "adaptor: training"
+        )
+
+    def _encode(self, U: torch.Tensor, dim: int) -> torch.Tensor:
+        return self.network_(U)[:, :dim]

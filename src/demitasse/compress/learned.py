@@ -1,0 +1,432 @@
+# ruff: noqa: N803, N806  (scikit-learn convention: matrices are capitalised)
+"""Base class for compressors that train a small torch network on frozen embeddings.
+
+The training loop is shared: a seeded train/validation split of the fit rows, AdamW on
+mini-batches, early stopping on the validation loss (best weights restored), tqdm progress, CPU
+by default and the GPU when one is present. Supervision common to the subclasses is handled
+here too: scored sentence pairs (CoSENT) and query–document relevance (Search-Adaptor rank
+loss). Network weights are saved as safetensors through the Compressor persistence hooks.
+
+Inputs are first centred and rotated onto their principal axes (``rotate=True``): a fixed,
+lossless change of basis that lets the networks start from PCA instead of from truncation.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from demitasse.compress._arrays import as_matrix, check_finite, is_int
+from demitasse.compress.base import Compressor
+from demitasse.compress.pca import PCA
+from demitasse.errors import CompressorError, DataError
+
+if TYPE_CHECKING:
+    import torch
+
+#: A batch loss: (rows of the fit data, training?) -> scalar tensor.
+BatchLoss = Callable[["torch.Tensor", bool], "torch.Tensor"]
+
+
+@dataclass
+class _Split:
+    """One supervision set, split into train and validation rows (tensors on the device)."""
+
+    tensors: tuple[torch.Tensor, ...]
+    train: torch.Tensor
+    val: torch.Tensor
+
+
+def halving_dims(first: int, smallest: int) -> list[int]:
+    """``first, first/2, first/4, …`` down to ``smallest`` (always ending exactly on it)."""
+    dims = [first]
+    while dims[-1] // 2 >= smallest and dims[-1] // 2 >= 1:
+        dims.append(dims[-1] // 2)
+    if dims[-1] != smallest and smallest < dims[-1]:
+        dims.append(smallest)
+    return dims
+
+
+class AdamW:
+    """Minimal AdamW (Loshchilov & Hutter) over parameter groups.
+
+    A group with ``"max_normalized": True`` instead takes plain gradient steps scaled so the
+    largest coordinate moves by ``lr`` (used for importance logits).
+
+    ``torch.optim`` imports ``torch._dynamo`` on first use, which costs seconds on a busy CPU;
+    these compressors need nothing beyond plain AdamW.
+    """
+
+    def __init__(
+        self,
+        groups: list[dict[str, Any]],
+        lr: float,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ) -> None:
+        import torch
+
+        self.groups = [
+            {"lr": lr, "weight_decay": weight_decay, **g, "params": list(g["params"])}
+            for g in groups
+        ]
+        self.betas, self.eps, self.steps = betas, eps, 0
+        self.moments = {
+            id(p): (torch.zeros_like(p), torch.zeros_like(p))
+            for g in self.groups
+            for p in g["params"]
+        }
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for group in self.groups:
+            for p in group["params"]:
+                p.grad = None
+
+    def step(self) -> None:
+        import torch
+
+        self.steps += 1
+        beta1, beta2 = self.betas
+        correction1 = 1 - beta1**self.steps
+        correction2 = 1 - beta2**self.steps
+        with torch.no_grad():
+            for group in self.groups:
+                lr, decay = group["lr"], group["weight_decay"]
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    if group.get("max_normalized"):
+                        # Step of size lr for the coordinate with the largest gradient, the
+                        # others in proportion: Adam would blow tiny but consistent gradients
+                        # up to full-size steps, which ruins a ranking of importance logits.
+                        p.add_(p.grad, alpha=-lr / (float(p.grad.abs().max()) + self.eps))
+                        continue
+                    first, second = self.moments[id(p)]
+                    first.mul_(beta1).add_(p.grad, alpha=1 - beta1)
+                    second.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+                    if decay:
+                        p.mul_(1 - lr * decay)
+                    denominator = (second / correction2).sqrt_().add_(self.eps)
+                    p.addcdiv_(first, denominator, value=-lr / correction1)
+
+
+class LearnedCompressor(Compressor):
+    """Shared machinery of torch-trained compressors; subclasses build the network and losses.
+
+    Subclasses implement ``_build_network()`` (from params and learned scalars), ``_train``
+    (called by ``_fit`` with the rotated inputs on the device) and ``_encode(u, dim)``.
+    Supervision accepted by ``fit``:
+
+    * ``pairs=(A, B)`` embeddings [m, D] each, with ``scores`` [m]: CoSENT on the pairs;
+    * ``queries`` and ``documents`` [m, D], row i of ``documents`` relevant to query i (optional
+      ``relevance`` grades [m]): Search-Adaptor's pairwise rank loss, other in-batch documents
+      count as irrelevant.
+    """
+
+    supervision: ClassVar[tuple[str, ...]] = (
+        "pairs",
+        "scores",
+        "queries",
+        "documents",
+        "relevance",
+    )
+    #: Rows per mini-batch for the supervised terms.
+    supervised_batch_rows: ClassVar[int] = 128
+
+    # Subclasses set these hyperparameters in __init__.
+    batch_size: int
+    max_epochs: int
+    patience: int
+    learning_rate: float
+    weight_decay: float
+    validation_fraction: float
+    rotate: bool
+    cosent_weight: float
+    rank_weight: float
+    seed: int
+    device: str
+    progress: bool
+
+    # ---- validation --------------------------------------------------------------------------
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        name = self.method
+        for attr in ("batch_size", "max_epochs", "seed"):
+            value = getattr(self, attr)
+            if not is_int(value) or value < (0 if attr == "seed" else 1):
+                raise CompressorError(f"{name}: {attr} must be a positive integer, got {value!r}")
+        if not is_int(self.patience) or self.patience < 0:
+            raise CompressorError(f"{name}: patience must be >= 0, got {self.patience!r}")
+        for attr in ("learning_rate", "weight_decay", "cosent_weight", "rank_weight"):
+            value = getattr(self, attr)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise CompressorError(f"{name}: {attr} must be a number >= 0, got {value!r}")
+        if not 0.0 < float(self.validation_fraction) < 0.5:
+            raise CompressorError(
+                f"{name}: validation_fraction must be in (0, 0.5), got {self.validation_fraction!r}"
+            )
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise CompressorError(f"{name}: device must be auto, cpu or cuda, got {self.device!r}")
+        for attr in ("rotate", "progress"):
+            if not isinstance(getattr(self, attr), bool | np.bool_):
+                raise CompressorError(f"{name}: {attr} must be true or false")
+
+    # ---- subclass hooks ----------------------------------------------------------------------
+
+    def _build_network(self) -> torch.nn.Module:
+        raise NotImplementedError
+
+    def _train(self, U: torch.Tensor, X: torch.Tensor) -> None:
+        """Train ``self.network_`` on rotated inputs ``U`` with targets ``X`` (both on device)."""
+        raise NotImplementedError
+
+    def _encode(self, U: torch.Tensor, dim: int) -> torch.Tensor:
+        """Compressed [n, dim] vectors of rotated inputs (eval mode, no grad)."""
+        raise NotImplementedError
+
+    # ---- fit ---------------------------------------------------------------------------------
+
+    def _fit(self, X: np.ndarray, **supervision: Any) -> None:
+        import torch
+
+        torch.manual_seed(self.seed)
+        self._generator = torch.Generator().manual_seed(self.seed)
+        self._torch_device = self._pick_device()
+        self._fit_rotation(X)
+        self._supervised = self._prepare_supervision(supervision, X.shape[1])
+        self.network_ = self._build_network().to(self._torch_device)
+        X_t = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32)).to(self._torch_device)
+        self._split_rows(X.shape[0])
+        self._train(self._rotate(X_t), X_t)
+        self.network_.eval().cpu()
+        self._supervised = {}
+
+    def _pick_device(self) -> torch.device:
+        import torch
+
+        if self.device == "cuda" or (self.device == "auto" and torch.cuda.is_available()):
+            if not torch.cuda.is_available():
+                raise CompressorError(f"{self.method}: device='cuda' but no GPU is available")
+            return torch.device("cuda")
+        return torch.device("cpu")
+
+    def _fit_rotation(self, X: np.ndarray) -> None:
+        d = X.shape[1]
+        if self.rotate:
+            pca = PCA().fit(X)
+            self.input_mean_ = pca.mean_.astype(np.float32)
+            # Every component is kept: a lossless change of basis, sorted by variance.
+            self.input_rotation_ = np.ascontiguousarray(pca.components_.T, dtype=np.float32)
+        else:
+            self.input_mean_ = np.zeros(d, np.float32)
+            self.input_rotation_ = np.eye(d, dtype=np.float32)
+
+    def _rotate(self, X: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        mean = torch.from_numpy(self.input_mean_).to(X.device)
+        rotation = torch.from_numpy(self.input_rotation_).to(X.device)
+        return (X - mean) @ rotation
+
+    def _split_rows(self, n: int) -> None:
+        import torch
+
+        order = torch.randperm(n, generator=self._generator)
+        n_val = min(max(1, round(n * float(self.validation_fraction))), n - 1)
+        self._val_rows, self._train_rows = order[:n_val], order[n_val:]
+
+    def _prepare_supervision(self, supervision: dict[str, Any], d: int) -> dict[str, _Split]:
+        import torch
+
+        def matrix(value: Any, what: str) -> np.ndarray:
+            try:
+                array = as_matrix(value)
+            except Exception as exc:
+                raise DataError(f"{self.method}: {what} must be a 2-D array ({exc})") from None
+            if array.shape[1] != d:
+                raise DataError(f"{self.method}: {what} has {array.shape[1]} features, X has {d}")
+            check_finite(array, 8192)
+            return np.ascontiguousarray(array, dtype=np.float32)
+
+        def vector(value: Any, n: int, what: str) -> np.ndarray:
+            array = np.asarray(value, dtype=np.float32)
+            if array.shape != (n,) or not np.isfinite(array).all():
+                raise DataError(f"{self.method}: {what} must be {n} finite numbers")
+            return array
+
+        sets: dict[str, tuple[np.ndarray, ...]] = {}
+        pairs, scores = supervision.get("pairs"), supervision.get("scores")
+        if (pairs is None) != (scores is None):
+            raise DataError(f"{self.method}: pairs and scores must be given together")
+        if pairs is not None:
+            if not isinstance(pairs, tuple | list) or len(pairs) != 2:
+                raise DataError(f"{self.method}: pairs must be a tuple (A, B) of embeddings")
+            left, right = matrix(pairs[0], "pairs[0]"), matrix(pairs[1], "pairs[1]")
+            if left.shape != right.shape or left.shape[0] < 4:
+                raise DataError(f"{self.method}: pairs need two equal-shape arrays of >= 4 rows")
+            sets["cosent"] = (left, right, vector(scores, left.shape[0], "scores"))
+        queries, documents = supervision.get("queries"), supervision.get("documents")
+        if (queries is None) != (documents is None):
+            raise DataError(f"{self.method}: queries and documents must be given together")
+        if queries is not None:
+            q, doc = matrix(queries, "queries"), matrix(documents, "documents")
+            if q.shape != doc.shape or q.shape[0] < 4:
+                raise DataError(
+                    f"{self.method}: queries and documents need equal shapes and >= 4 rows"
+                )
+            grades = supervision.get("relevance")
+            grades = np.ones(q.shape[0], np.float32) if grades is None else grades
+            sets["rank"] = (q, doc, vector(grades, q.shape[0], "relevance"))
+        elif supervision.get("relevance") is not None:
+            raise DataError(f"{self.method}: relevance needs queries and documents")
+
+        splits = {}
+        for name, arrays in sets.items():
+            n = arrays[0].shape[0]
+            order = torch.randperm(n, generator=self._generator)
+            n_val = min(max(2, round(n * float(self.validation_fraction))), n - 2)
+            tensors = tuple(torch.from_numpy(a).to(self._torch_device) for a in arrays)
+            rotated = tuple(self._rotate(t) for t in tensors[:2])
+            splits[name] = _Split((*rotated, tensors[2]), order[n_val:], order[:n_val])
+        return splits
+
+    # ---- training loop -----------------------------------------------------------------------
+
+    def _batches(self, rows: torch.Tensor, shuffle: bool) -> Iterator[torch.Tensor]:
+        import torch
+
+        if shuffle:
+            rows = rows[torch.randperm(len(rows), generator=self._generator)]
+        size = int(self.batch_size)
+        for start in range(0, len(rows), size):
+            batch = rows[start : start + size]
+            if len(batch) >= 2:
+                yield batch
+
+    def supervised_loss(
+        self, encode: Callable[[torch.Tensor], list[torch.Tensor]], training: bool
+    ) -> torch.Tensor | float:
+        """Weighted CoSENT + rank loss, averaged over the outputs ``encode`` returns."""
+        import torch
+
+        from demitasse.compress.similarity_losses import cosent_loss, rank_loss
+
+        total: torch.Tensor | float = 0.0
+        for name, weight in (("cosent", self.cosent_weight), ("rank", self.rank_weight)):
+            split = self._supervised.get(name)
+            if split is None or weight == 0:
+                continue
+            rows = split.train if training else split.val
+            size = self.supervised_batch_rows
+            if training:
+                rows = rows[torch.randperm(len(rows), generator=self._generator)[:size]]
+            terms = []
+            for start in range(0, len(rows), size):
+                chunk = rows[start : start + size].to(split.tensors[0].device)
+                left, right, grades = (t[chunk] for t in split.tensors)
+                outputs = zip(encode(left), encode(right), strict=True)
+                if name == "cosent":
+                    terms += [cosent_loss(a, b, grades) for a, b in outputs]
+                else:
+                    terms += [rank_loss(a, b, grades) for a, b in outputs]
+            total = total + weight * torch.stack(terms).mean()
+        return total
+
+    def run_training(
+        self,
+        modules: list[torch.nn.Module],
+        parameter_groups: list[dict[str, Any]],
+        batch_loss: BatchLoss,
+        description: str,
+        on_step: Callable[[], None] | None = None,
+    ) -> None:
+        """AdamW on ``parameter_groups`` until the validation loss stops improving.
+
+        ``batch_loss(rows, training)`` gets row indices of the fit data. The weights of
+        ``modules`` with the best validation loss are restored at the end.
+        """
+        import torch
+
+        optimiser = AdamW(
+            parameter_groups, lr=float(self.learning_rate), weight_decay=float(self.weight_decay)
+        )
+        best = math.inf
+        best_states = [copy.deepcopy(m.state_dict()) for m in modules]
+        stale = 0
+        bar = tqdm(range(int(self.max_epochs)), desc=description, disable=not self.progress)
+        for _ in bar:
+            for module in modules:
+                module.train()
+            for rows in self._batches(self._train_rows, shuffle=True):
+                loss = batch_loss(rows, True)
+                optimiser.zero_grad(set_to_none=True)
+                loss.backward()
+                optimiser.step()
+                if on_step is not None:
+                    on_step()
+            for module in modules:
+                module.eval()
+            with torch.no_grad():
+                val = [
+                    float(batch_loss(rows, False)) * len(rows)
+                    for rows in self._batches(self._val_rows, shuffle=False)
+                ]
+            val_loss = sum(val) / max(1, len(self._val_rows))
+            bar.set_postfix(val_loss=f"{val_loss:.4f}")
+            if val_loss < best - 1e-6:
+                best, stale = val_loss, 0
+                best_states = [copy.deepcopy(m.state_dict()) for m in modules]
+            else:
+                stale += 1
+                if stale > self.patience:
+                    break
+        bar.close()
+        for module, state in zip(modules, best_states, strict=True):
+            module.load_state_dict(state)
+            module.eval()
+
+    # ---- transform and persistence -----------------------------------------------------------
+
+    def _transform_chunk(self, X: np.ndarray, dim: int) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            U = (torch.from_numpy(X) - torch.from_numpy(self.input_mean_)) @ torch.from_numpy(
+                self.input_rotation_
+            )
+            return self._encode(U, dim).numpy()
+
+    def _state(self) -> dict[str, np.ndarray]:
+        arrays = {"input_mean_": self.input_mean_, "input_rotation_": self.input_rotation_}
+        for key, value in self.network_.state_dict().items():
+            arrays[f"network.{key}"] = value.detach().cpu().numpy()
+        return arrays
+
+    def _state_shapes(self) -> dict[str, tuple[int, ...]]:
+        d = self.n_features_in_
+        shapes = {"input_mean_": (d,), "input_rotation_": (d, d)}
+        for key, value in self._build_network().state_dict().items():
+            shapes[f"network.{key}"] = tuple(value.shape)
+        return shapes
+
+    def _load_state(self, arrays: dict[str, np.ndarray]) -> None:
+        import torch
+
+        self.input_mean_ = arrays["input_mean_"].astype(np.float32)
+        self.input_rotation_ = np.ascontiguousarray(arrays["input_rotation_"], dtype=np.float32)
+        network = self._build_network()
+        state = {
+            key.removeprefix("network."): torch.from_numpy(np.array(value, dtype=np.float32))
+            for key, value in arrays.items()
+            if key.startswith("network.")
+        }
+        network.load_state_dict(state)
+        self.network_ = network.eval()

@@ -1,0 +1,167 @@
+# ruff: noqa: N806  (scikit-learn convention: matrices are capitalised)
+"""Learned compressors on synthetic data: losses, S-XBM queue, ADS, SMRL freezing, persistence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from demitasse.compress.adaptor import MatryoshkaAdaptor
+from demitasse.compress.base import load_compressor
+from demitasse.compress.similarity_losses import (
+    cosent_loss,
+    pairwise_similarity_loss,
+    rank_loss,
+    topk_similarity_loss,
+)
+from demitasse.compress.smec import SMEC, EmbeddingMemory
+from demitasse.errors import CompressorError, DataError
+
+FAST = {"max_epochs": 2, "batch_size": 128, "hidden_dim": 32, "device": "cpu"}
+
+
+def correlated(n: int = 600, d: int = 24, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    scales = np.linspace(3.0, 0.2, d)
+    return (rng.normal(size=(n, d)) * scales + 0.5).astype(np.float32)
+
+
+def stage_state(model: SMEC, stage: int) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in model.network_[stage].state_dict().items()}
+
+
+def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_similarity_losses_measure_what_they_claim() -> None:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(16, 8, generator=gen)
+    assert pairwise_similarity_loss(x, x) == pytest.approx(0.0, abs=1e-6)
+    assert topk_similarity_loss(x, 3 * x, 4) == pytest.approx(0.0, abs=1e-6)
+    assert pairwise_similarity_loss(x, torch.randn(16, 8, generator=gen)) > 0.1
+
+    scores = torch.arange(16, dtype=torch.float32)
+    anchor = torch.randn(1, 8, generator=gen).repeat(16, 1)
+    direction = torch.randn(1, 8, generator=gen).repeat(16, 1)
+    mixes = torch.linspace(0, 1, 16).unsqueeze(1)
+    agreeing = anchor * mixes + direction * (1 - mixes)
+    assert cosent_loss(anchor, agreeing, scores) < cosent_loss(anchor, agreeing, scores.flip(0))
+
+    queries = torch.randn(8, 8, generator=gen)
+    assert rank_loss(queries, queries) < rank_loss(queries, queries.roll(1, dims=0))
+
+
+def test_memory_is_fifo_and_holds_no_gradients() -> None:
+    memory = EmbeddingMemory(5)
+    weight = torch.ones(1, requires_grad=True)
+    first = torch.arange(3.0).unsqueeze(1) * weight
+    memory.push(first, first * 2)
+    memory.push(torch.arange(3.0, 7.0).unsqueeze(1) * weight, torch.zeros(4, 1))
+    values, doubled = memory.contents()
+    assert values.squeeze(1).tolist() == [2.0, 3.0, 4.0, 5.0, 6.0]  # 0 and 1 were evicted
+    assert doubled.squeeze(1).tolist() == [4.0, 0.0, 0.0, 0.0, 0.0]
+    assert len(memory) == 5
+    assert not values.requires_grad and values.grad_fn is None
+    memory.push(torch.arange(10.0, 17.0).unsqueeze(1), torch.zeros(7, 1))  # more than capacity
+    assert memory.contents()[0].squeeze(1).tolist() == [12.0, 13.0, 14.0, 15.0, 16.0]
+
+
+def test_ads_selects_the_planted_informative_dimensions() -> None:
+    rng = np.random.default_rng(1)
+    n, d = 2000, 24
+    planted = [3, 10, 17, 21]
+    X = rng.normal(scale=0.2, size=(n, d))
+    centres = rng.normal(scale=3.0, size=(6, len(planted)))
+    X[:, planted] = centres[rng.integers(0, 6, n)] + rng.normal(scale=0.3, size=(n, 4))
+    # A uniform prior and no rotation: the planted dims must be found by training alone.
+    settings = FAST | {"max_epochs": 4, "batch_size": 64, "patience": 4}
+    model = SMEC(dim=4, min_dim=4, rotate=False, ads_prior="uniform", xbm=False, **settings)
+    model.fit(X.astype(np.float32))
+    assert sorted(model.selected_dims(0).tolist()) == planted
+
+
+def test_smrl_freezes_finished_stages(monkeypatch: pytest.MonkeyPatch) -> None:
+    X = correlated()
+    snapshots: list[list[dict[str, torch.Tensor]]] = []
+    original = SMEC._train_group
+
+    def recording(self: SMEC, frozen: list, trained: list, *tensors: torch.Tensor) -> None:
+        snapshots.append([stage_state(self, i) for i in range(len(frozen))])
+        original(self, frozen, trained, *tensors)
+
+    monkeypatch.setattr(SMEC, "_train_group", recording)
+    model = SMEC(dim=16, min_dim=4, **FAST).fit(X)
+    assert model.stage_dims_ == [16, 8, 4]
+    assert [len(s) for s in snapshots] == [0, 1, 2]  # one stage trained at a time
+    for stage, snapshot in enumerate(snapshots[2]):
+        assert same(snapshot, stage_state(model, stage))
+    assert same(snapshots[1][0], stage_state(model, 0))
+
+
+def test_parallel_training_trains_all_stages_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    original = SMEC._train_group
+
+    def recording(self: SMEC, frozen: list, trained: list, *tensors: torch.Tensor) -> None:
+        calls.append(len(trained))
+        original(self, frozen, trained, *tensors)
+
+    monkeypatch.setattr(SMEC, "_train_group", recording)
+    SMEC(dim=16, min_dim=4, smrl=False, ads=False, xbm=False, **FAST).fit(correlated())
+    assert calls == [3]
+
+
+@pytest.mark.parametrize(
+    "model",
+    [MatryoshkaAdaptor(dim=16, min_dim=4, **FAST), SMEC(dim=16, min_dim=4, **FAST)],
+    ids=["adaptor", "smec"],
+)
+def test_save_load_round_trip(model: MatryoshkaAdaptor | SMEC, tmp_path: Path) -> None:
+    X = correlated()
+    model.fit(X, fit_data="synthetic")
+    model.save(tmp_path / "c")
+    loaded = load_compressor(tmp_path / "c")
+    assert type(loaded) is type(model)
+    for dim in (16, 8, 5, 4):
+        np.testing.assert_array_equal(loaded.transform(X, dim), model.transform(X, dim))
+    assert loaded.metadata["fit_data"] == "synthetic"
+
+
+def test_extend_resumes_a_loaded_compressor_without_retraining(tmp_path: Path) -> None:
+    X = correlated()
+    SMEC(dim=16, min_dim=8, **FAST).fit(X).save(tmp_path / "c")
+    model = load_compressor(tmp_path / "c")
+    assert isinstance(model, SMEC)
+    before = [stage_state(model, i) for i in range(2)]
+    at_8 = model.transform(X, 8)
+    model.extend(X, 2)
+    assert model.stage_dims_ == [16, 8, 4, 2]
+    assert all(same(b, stage_state(model, i)) for i, b in enumerate(before))
+    np.testing.assert_array_equal(model.transform(X, 8), at_8)
+    assert model.transform(X, 2).shape == (len(X), 2)
+    model.save(tmp_path / "d")
+    np.testing.assert_array_equal(
+        load_compressor(tmp_path / "d").transform(X, 2), model.transform(X, 2)
+    )
+    with pytest.raises(CompressorError, match="min_dim"):
+        model.extend(X, 4)
+
+
+def test_supervision_is_used_and_checked() -> None:
+    X = correlated()
+    rng = np.random.default_rng(2)
+    pairs = (X[:50], X[50:100])
+    scores = rng.random(50)
+    model = MatryoshkaAdaptor(dim=8, min_dim=4, **FAST)
+    model.fit(X, pairs=pairs, scores=scores, queries=X[100:140], documents=X[140:180])
+    assert model.transform(X, 4).shape == (len(X), 4)
+    with pytest.raises(DataError, match="scores"):
+        model.fit(X, pairs=pairs)
+    with pytest.raises(DataError, match="features"):
+        model.fit(X, queries=X[:10, :5], documents=X[:10, :5])
+    with pytest.raises(CompressorError, match="unknown fit"):
+        model.fit(X, labels=scores)
