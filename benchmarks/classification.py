@@ -16,13 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-from demitasse.data import load_stsb
+from _common import run_posthoc_grid
 from demitasse.data.senteval_classification import ClassificationSet, LabeledSplits
-from demitasse.encoders import load_encoder
 from demitasse.evaluation import (
-    evaluate_grid,
     machine_description,
-    parse_compressor_specs,
     write_records,
 )
 from demitasse.evaluation.classification import ClassificationTask
@@ -71,22 +68,16 @@ def main() -> int:
     args = parser.parse_args()
     output = args.output or (None if args.limit else HERE / "results")
 
-    started = time.perf_counter()
-    encoder = load_encoder(args.model)
     classification = ClassificationTask(args.data_dir, limit=args.limit)
     task = TimedTask(classification)
-    fit_texts = load_stsb("train", args.data_dir).texts()
-    records = evaluate_grid(
-        encoder,
+    encoder, records, elapsed = run_posthoc_grid(
         [task],
-        specs=parse_compressor_specs("none,truncate,pca"),
+        model=args.model,
+        data_dir=args.data_dir,
+        compressors="none,truncate,pca",
         dims=[int(d) for d in args.dims.split(",")],
         precisions=["float32"],
-        fit_texts=fit_texts,
-        fit_data="stsb-train",
-        log=lambda message: print(message, file=sys.stderr, flush=True),
     )
-    elapsed = time.perf_counter() - started
     probe_seconds = sorted(task.seconds)
 
     command = "python benchmarks/classification.py --data-dir ../shared/data"

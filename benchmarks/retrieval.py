@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,14 +20,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from demitasse.data import load_stsb, resolve_data_dir
+from _common import run_posthoc_grid
+from demitasse.data import resolve_data_dir
 from demitasse.data.beir import load_beir
-from demitasse.encoders import load_encoder
 from demitasse.evaluation import (
     ResultRecord,
-    evaluate_grid,
     machine_description,
-    parse_compressor_specs,
     write_records,
 )
 from demitasse.evaluation.retrieval import RetrievalTask
@@ -91,21 +88,15 @@ def main() -> int:
     parser.add_argument("--dims", default="256,128,64,32")
     args = parser.parse_args()
 
-    started = time.perf_counter()
-    encoder = load_encoder(args.model)
     scifact = load_beir(resolve_data_dir(args.data_dir) / "beir" / "scifact", split="test")
-    fit_texts = load_stsb("train", args.data_dir).texts()
-    records = evaluate_grid(
-        encoder,
+    encoder, records, elapsed = run_posthoc_grid(
         [RetrievalTask(scifact)],
-        specs=parse_compressor_specs("none,truncate,pca"),
+        model=args.model,
+        data_dir=args.data_dir,
+        compressors="none,truncate,pca",
         dims=[int(d) for d in args.dims.split(",")],
         precisions=["float32", "int8", "binary"],
-        fit_texts=fit_texts,
-        fit_data="stsb-train",
-        log=lambda message: print(message, file=sys.stderr, flush=True),
     )
-    elapsed = time.perf_counter() - started
     write_records(HERE / "results" / "retrieval.json", records)
     plot = plot_retrieval(
         records,

@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
-from demitasse.data import load_sts_suite, load_stsb
-from demitasse.encoders import load_encoder
+from _common import run_posthoc_grid
+from demitasse.data import load_sts_suite
 from demitasse.evaluation import (
     STSTask,
-    evaluate_grid,
     machine_description,
-    parse_compressor_specs,
     write_records,
 )
 from demitasse.report import plot_sts_vs_dim, sts_table
@@ -40,21 +37,14 @@ def main() -> int:
     parser.add_argument("--dims", default="384,256,128,64,32,16,8")
     args = parser.parse_args()
 
-    started = time.perf_counter()
-    encoder = load_encoder(args.model)
-    suite = load_sts_suite(args.data_dir)
-    fit_texts = load_stsb("train", args.data_dir).texts()
-    records = evaluate_grid(
-        encoder,
-        [STSTask(suite)],
-        specs=parse_compressor_specs("none,truncate,pca,pca-abtt,random"),
+    encoder, records, elapsed = run_posthoc_grid(
+        [STSTask(load_sts_suite(args.data_dir))],
+        model=args.model,
+        data_dir=args.data_dir,
+        compressors="none,truncate,pca,pca-abtt,random",
         dims=[int(d) for d in args.dims.split(",")],
         precisions=["float32", "int8", "binary"],
-        fit_texts=fit_texts,
-        fit_data="stsb-train",
-        log=lambda message: print(message, file=sys.stderr, flush=True),
     )
-    elapsed = time.perf_counter() - started
     write_records(HERE / "results" / "sts_compression.json", records)
     plot = plot_sts_vs_dim(
         [r for r in records if r.precision != "binary" or r.method == "pca"],

@@ -1,0 +1,40 @@
+"""What the post-hoc compression benchmarks share: the model, STS-B train fit data, the grid."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from demitasse.data import load_stsb
+from demitasse.encoders import TransformerEncoder, load_encoder
+from demitasse.evaluation import ResultRecord, Task, evaluate_grid, parse_compressor_specs
+
+FIT_DATA = "stsb-train"
+
+
+def run_posthoc_grid(
+    tasks: Sequence[Task],
+    *,
+    model: str,
+    data_dir: str | Path | None,
+    compressors: str,
+    dims: Sequence[int],
+    precisions: Sequence[str],
+) -> tuple[TransformerEncoder, list[ResultRecord], float]:
+    """Score ``tasks`` for the model's last layer with compressors and int8 ranges fitted on the
+    STS-B train sentences (never on evaluation texts); returns the wall time too."""
+    started = time.perf_counter()
+    encoder = load_encoder(model)
+    records = evaluate_grid(
+        encoder,
+        tasks,
+        specs=parse_compressor_specs(compressors),
+        dims=dims,
+        precisions=precisions,
+        fit_texts=load_stsb("train", data_dir).texts(),
+        fit_data=FIT_DATA,
+        log=lambda message: print(message, file=sys.stderr, flush=True),
+    )
+    return encoder, records, time.perf_counter() - started
