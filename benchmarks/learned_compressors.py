@@ -13,6 +13,7 @@ Hyperparameters were chosen on STS-B dev only; test figures come from this singl
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
@@ -235,11 +236,11 @@ def main() -> int:
     body = "\n".join(
         [
             "## Learned width compressors: Matryoshka-Adaptor, SMEC and ablations "
-            "(`learned_compressors`)",
+            f"(`{args.results_name}`)",
             "",
-            "Command: `python benchmarks/learned_compressors.py --data-dir ../shared/data`  ",
-            f"Machine: {machine_description()}; wall time {elapsed:.0f} s (embedding cache warm; "
-            "the CPU was shared with other jobs).  ",
+            f"Command: `python benchmarks/learned_compressors.py {' '.join(sys.argv[1:])}`  ",
+            f"Machine: {machine_description()}; wall time {elapsed:.0f} s; load average at the "
+            f"end {os.getloadavg()[0]:.1f} (1 min).  ",
             f"Model {encoder.name}, last layer, {encoder.pooling} pooling, float32. "
             f"Unsupervised rows: every compressor (PCA included) fitted on the same "
             f"{len(unlabeled)} unlabeled sentences sampled (seed {args.seed}) from "
@@ -258,8 +259,7 @@ def main() -> int:
             markdown_table(["method", *(f"dim {d}" for d in (max(dims), 32, 8))], tp_rows),
         ]
     )
-    if args.results_name == "learned_compressors":
-        update_section(HERE / "RESULTS.md", "learned_compressors", body)
+    update_section(HERE / "RESULTS.md", args.results_name, body)
     print(body)
     return 0
 
