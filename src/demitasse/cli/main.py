@@ -11,8 +11,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from demitasse.errors import DemitasseError
+
+if TYPE_CHECKING:
+    from demitasse.evaluation.grid import CompressorSpec
+    from demitasse.evaluation.records import ResultRecord
 
 DEFAULT_DIMS = "384,256,128,64,32,16,8"
 STSB_TRAIN = "stsb-train"
@@ -205,12 +210,12 @@ def _evaluate_and_report(
 def _speed_records(
     model: str,
     layers: list[int],
-    specs: list,
+    specs: Sequence[CompressorSpec],
     dims: list[int],
     fit_texts: list[str],
     fit_name: str,
     batch_size: int,
-) -> list:
+) -> list[ResultRecord]:
     """Encode throughput per layer cut and transform throughput per compressor and dim."""
     from demitasse.encoders import load_encoder
     from demitasse.evaluation.efficiency import (
