@@ -165,3 +165,20 @@ def test_supervision_is_used_and_checked() -> None:
         model.fit(X, queries=X[:10, :5], documents=X[:10, :5])
     with pytest.raises(CompressorError, match="unknown fit"):
         model.fit(X, labels=scores)
+
+
+@pytest.mark.parametrize("smrl", [True, False], ids=["smrl", "parallel"])
+def test_gradient_recording_leaves_the_fit_unchanged(smrl: bool) -> None:
+    X = correlated()
+    plain = SMEC(dim=16, min_dim=4, smrl=smrl, **FAST).fit(X)
+    logged = SMEC(dim=16, min_dim=4, smrl=smrl, record_gradients=True, **FAST).fit(X)
+    for dim in (16, 8, 4):
+        np.testing.assert_array_equal(logged.transform(X, dim), plain.transform(X, dim))
+    assert not hasattr(plain, "history_")
+    history = logged.history_
+    n_trained = 1 if smrl else 3  # modules trained by each run_training call
+    assert len({entry["run"] for entry in history}) == (3 if smrl else 1)
+    assert all(len(entry["grad_sq_norm"]) == n_trained for entry in history)
+    windows = [entry["grad_variance"] for entry in history if "grad_variance" in entry]
+    assert windows and all(v >= -1e-6 for variances in windows for v in variances)
+    assert all(entry["grad_sq_norm"][0] > 0 for entry in history)

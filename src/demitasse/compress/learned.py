@@ -117,6 +117,53 @@ class AdamW:
                     p.addcdiv_(first, denominator, value=-lr / correction1)
 
 
+class _GradientLog:
+    """Per-step gradient statistics of each trained module (importance logits excluded).
+
+    Each step records the loss and every module's squared gradient norm; every ``window``
+    steps also the gradient variance of each module over that window of mini-batches,
+    mean ||g_i||² − ||mean g_i||² (the trace of the gradient covariance), as in SMEC's
+    comparison of sequential and parallel Matryoshka training.
+    """
+
+    window: ClassVar[int] = 5
+
+    def __init__(self, modules: list[torch.nn.Module]) -> None:
+        self.parameters = [
+            [p for name, p in m.named_parameters() if name != "logits"] for m in modules
+        ]
+        self.step = 0
+        self._sums: list[torch.Tensor | None] = [None] * len(modules)
+        self._squares = [0.0] * len(modules)
+
+    def record(self, loss: torch.Tensor) -> dict[str, Any]:
+        import torch
+
+        self.step += 1
+        norms, variances = [], []
+        with torch.no_grad():
+            for i, params in enumerate(self.parameters):
+                grads = [p.grad.flatten() for p in params if p.grad is not None]
+                g = torch.cat(grads) if grads else torch.zeros(1)
+                squared = float(g.pow(2).sum())
+                norms.append(squared)
+                total = self._sums[i]
+                self._sums[i] = g.clone() if total is None else total + g
+                self._squares[i] += squared
+                if self.step % self.window == 0:
+                    mean = self._sums[i] / self.window
+                    variances.append(self._squares[i] / self.window - float(mean.pow(2).sum()))
+                    self._sums[i], self._squares[i] = None, 0.0
+        entry: dict[str, Any] = {
+            "step": self.step,
+            "loss": float(loss.detach()),
+            "grad_sq_norm": norms,
+        }
+        if variances:
+            entry["grad_variance"] = variances
+        return entry
+
+
 class LearnedCompressor(Compressor):
     """Shared machinery of torch-trained compressors; subclasses build the network and losses.
 
@@ -351,24 +398,29 @@ class LearnedCompressor(Compressor):
         """AdamW on ``parameter_groups`` until the validation loss stops improving.
 
         ``batch_loss(rows, training)`` gets row indices of the fit data. The weights of
-        ``modules`` with the best validation loss are restored at the end.
+        ``modules`` with the best validation loss are restored at the end. With the
+        hyperparameter ``record_gradients`` set, per-step gradient statistics go to
+        ``history_`` (see ``_GradientLog``); training itself is unchanged.
         """
         import torch
 
         optimiser = AdamW(
             parameter_groups, lr=float(self.learning_rate), weight_decay=float(self.weight_decay)
         )
+        log = _GradientLog(modules) if getattr(self, "record_gradients", False) else None
         best = math.inf
         best_states = [copy.deepcopy(m.state_dict()) for m in modules]
         stale = 0
         bar = tqdm(range(int(self.max_epochs)), desc=description, disable=not self.progress)
-        for _ in bar:
+        for epoch in bar:
             for module in modules:
                 module.train()
             for rows in self._batches(self._train_rows, shuffle=True):
                 loss = batch_loss(rows, True)
                 optimiser.zero_grad(set_to_none=True)
                 loss.backward()
+                if log is not None:
+                    self.history_.append({"run": description, "epoch": epoch, **log.record(loss)})
                 optimiser.step()
                 if on_step is not None:
                     on_step()

@@ -22,6 +22,10 @@ Three parts, each switchable for ablation:
   retrieved and the similarity gap between original and compressed vectors over those pairs
   is added to the loss.
 
+With ``record_gradients=True``, ``history_`` lists per-step gradient statistics of the trained
+stages (loss, squared gradient norms, gradient variance over windows of steps) for analyses
+such as sequential vs parallel training; the fitted compressor is the same either way.
+
 Loss of a stage (fixed weights): in-batch all-pairs similarity gap + top-k gap (in-batch
 neighbours, or memory neighbours once the queue holds enough) + ``cosent_weight`` × CoSENT on
 scored pairs + ``rank_weight`` × Search-Adaptor rank loss on query–document relevance.
@@ -218,6 +222,7 @@ class SMEC(LearnedCompressor):
         seed: int = 0,
         device: str = "auto",
         progress: bool = False,
+        record_gradients: bool = False,
     ) -> None:
         self.dim = dim
         self.min_dim = min_dim
@@ -242,6 +247,7 @@ class SMEC(LearnedCompressor):
         self.seed = seed
         self.device = device
         self.progress = progress
+        self.record_gradients = record_gradients
 
     def _validate_params(self) -> None:
         super()._validate_params()
@@ -249,7 +255,7 @@ class SMEC(LearnedCompressor):
             value = getattr(self, attr)
             if not is_int(value) or value < 1:
                 raise CompressorError(f"smec: {attr} must be a positive integer, got {value!r}")
-        for attr in ("smrl", "ads", "xbm"):
+        for attr in ("smrl", "ads", "xbm", "record_gradients"):
             if not isinstance(getattr(self, attr), bool | np.bool_):
                 raise CompressorError(f"smec: {attr} must be true or false")
         for attr in ("temperature", "ads_learning_rate"):
@@ -302,6 +308,8 @@ class SMEC(LearnedCompressor):
 
     def _fit(self, X: np.ndarray, **supervision: Any) -> None:
         self.stage_dims_ = halving_dims(self.output_dim_, min(int(self.min_dim), self.output_dim_))
+        if self.record_gradients:
+            self.history_: list[dict[str, Any]] = []
         super()._fit(X, **supervision)
 
     def _train(self, U: torch.Tensor, X: torch.Tensor) -> None:
@@ -473,6 +481,8 @@ class SMEC(LearnedCompressor):
         torch.manual_seed(self.seed)
         self._generator = torch.Generator().manual_seed(self.seed)
         self._torch_device = self._pick_device()
+        if self.record_gradients:
+            self.history_ = []
         old = self.network_.state_dict()
         self.stage_dims_ = [*self.stage_dims_, *halving_dims(last, int(min_dim))[1:]]
         self.min_dim = int(min_dim)
