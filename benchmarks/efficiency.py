@@ -43,8 +43,8 @@ from demitasse.evaluation.efficiency import (
     measure_encode_throughput,
     measure_transform_throughput,
 )
-from demitasse.io import atomic_path
 from demitasse.report import markdown_table
+from demitasse.report.plots import save_figure
 from demitasse.report.results_file import update_section
 
 HERE = Path(__file__).resolve().parent
@@ -174,10 +174,7 @@ def plot(records: list, path: Path, title: str) -> Path:
         ax.grid(True, alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def encode_table(records: list) -> str:

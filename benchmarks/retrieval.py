@@ -29,8 +29,8 @@ from demitasse.evaluation import (
     write_records,
 )
 from demitasse.evaluation.retrieval import RetrievalTask
-from demitasse.io import atomic_path
 from demitasse.report import markdown_table
+from demitasse.report.plots import save_figure
 from demitasse.report.results_file import update_section
 
 HERE = Path(__file__).resolve().parent
@@ -75,10 +75,7 @@ def plot_retrieval(records: Sequence[ResultRecord], path: Path, title: str) -> P
     axes[0][0].legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def main() -> int:

@@ -36,6 +36,7 @@ from demitasse.evaluation import ResultRecord, STSTask, machine_description, wri
 from demitasse.evaluation.retrieval import RetrievalTask
 from demitasse.evaluation.sts import spearman_x100
 from demitasse.report import markdown_table
+from demitasse.report.plots import save_figure
 from demitasse.report.results_file import update_section
 from learned_compressors import unlabeled_sentences
 
@@ -234,7 +235,7 @@ def main() -> int:
         ax.legend()
     figure.suptitle(f"SMEC on all-MiniLM-L6-v2, {len(X)} unlabeled sentences: parallel vs SMRL")
     figure.tight_layout()
-    figure.savefig(plot, dpi=110)
+    save_figure(figure, plot)
 
     body = "\n".join(
         [

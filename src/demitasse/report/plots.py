@@ -241,7 +241,7 @@ def plot_layer_heatmap(
     if image is not None:
         fig.colorbar(image, ax=axes, shrink=0.8, label=quality_label(best))
     fig.suptitle(_title(title, f"{_task_label(task)} by layer and dimension"))
-    return _save(fig, Path(path))
+    return save_figure(fig, Path(path))
 
 
 def plot_sts_vs_dim(records: Sequence[ResultRecord], path: str | Path, title: str = "") -> Path:
@@ -345,7 +345,7 @@ def _line_panels(
     ]
     fig.legend(handles=handles, loc="outside right center", fontsize=8, title="method / precision")
     fig.suptitle(_title(title, f"{_task_label(best.task)} against {xlabel}"))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _pareto_plot(
@@ -423,7 +423,7 @@ def _pareto_plot(
     )
     fig.legend(handles=handles, loc="outside right center", fontsize=8, title="method / precision")
     fig.suptitle(_title(title, f"{_task_label(task)} against {subject}"))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def describe(key: ConfigKey, *, with_layer: bool = False) -> str:
@@ -471,7 +471,9 @@ def _compact(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def save_figure(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` as PNG atomically (temp file, then rename) and close it."""
+    path = Path(path)
     with atomic_path(path, suffix=".png") as tmp:
         fig.savefig(tmp, dpi=DPI, format="png")
     plt.close(fig)
