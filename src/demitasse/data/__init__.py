@@ -8,6 +8,7 @@ from demitasse.data.beir import BeirDataset, load_beir
 from demitasse.data.embeddings import check_finite, load_embeddings
 from demitasse.data.files import load_scored_pairs, read_texts
 from demitasse.data.hub import HUB_REPOS, load_hf_sts
+from demitasse.data.nli import NLI_LABELS, NLIPairs, Triples, load_snli, nli_triples
 from demitasse.data.pairs import ScoredPairs, concat_pairs
 from demitasse.data.parallel import ParallelTexts, load_multi30k, load_parallel
 from demitasse.data.paths import DATA_ENV, resolve_data_dir
@@ -39,13 +40,16 @@ __all__ = [
     "CLASSIFICATION_SUITE",
     "DATA_ENV",
     "HUB_REPOS",
+    "NLI_LABELS",
     "STS_SUITE",
     "BeirDataset",
     "LabeledPairs",
     "LabeledSplits",
     "LabeledTexts",
+    "NLIPairs",
     "ParallelTexts",
     "ScoredPairs",
+    "Triples",
     "canonical_sts_name",
     "check_finite",
     "concat_pairs",
@@ -62,12 +66,14 @@ __all__ = [
     "load_scored_pairs",
     "load_senteval_sts",
     "load_sickr",
+    "load_snli",
     "load_sst",
     "load_sst2",
     "load_sts",
     "load_sts_suite",
     "load_stsb",
     "load_trec",
+    "nli_triples",
     "read_texts",
     "resolve_data_dir",
 ]
