@@ -78,6 +78,36 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", required=True, help="report directory")
     report.add_argument("--title", default="demitasse report")
 
+    train = commands.add_parser(
+        "train", help="fine-tune a model: Espresso (ese) or its raw / Matryoshka baselines"
+    )
+    train.add_argument("--method", choices=("raw", "mrl", "ese"), default="ese")
+    train.add_argument("--model", default="all-MiniLM-L6-v2", help="path or packaged name")
+    train.add_argument("--data", default="stsb-train,sick-train,snli", help="comma-separated")
+    train.add_argument("--data-dir", default=None, help="shared data folder ($DEMITASSE_DATA)")
+    train.add_argument("--out", required=True, help="run directory (resumes if it exists)")
+    train.add_argument("--loss", choices=("angle", "cosent", "ibn"), default="angle")
+    train.add_argument("--epochs", type=int, default=1)
+    train.add_argument("--batch-size", type=int, default=32)
+    train.add_argument("--lr", type=float, default=2e-5)
+    train.add_argument("--max-steps", type=int, default=None)
+    train.add_argument("--eval-steps", type=int, default=100)
+    train.add_argument("--patience", type=int, default=5)
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--compress-dim", type=int, default=None, help="ese: k (default dim/3)")
+    train.add_argument("--layer-weighting", choices=("default", "none", "dynamic"))
+    train.add_argument("--compression", choices=("dependencies", "embeddings", "none"))
+    train.add_argument("--layer-indexing", choices=("paper", "reference"))
+    train.add_argument("--pca-scaling", choices=("none", "singular-values"))
+
+    export = commands.add_parser(
+        "export", help="write a sentence-transformers model cut to a layer and a dimension"
+    )
+    export.add_argument("model", help="model path or packaged name (e.g. RUN/best)")
+    export.add_argument("--layer", type=int, default=None, help="keep blocks 1..layer")
+    export.add_argument("--dim", type=int, default=None, help="keep the first dim dimensions")
+    export.add_argument("--out", required=True, help="directory to write")
+
     demo = commands.add_parser("demo", help="truncation vs PCA at float32 and int8 on STS")
     demo.add_argument("--model", default=None)
     _common(demo)
@@ -99,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "fit": _run_fit,
             "transform": _run_transform,
             "report": _run_report,
+            "train": _run_train,
+            "export": _run_export,
         }
         return runners[args.command](args)
     except DemitasseError as exc:
@@ -110,6 +142,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("demitasse: interrupted; finished outputs are intact", file=sys.stderr)
         return 130
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from demitasse.data import load_stsb
+    from demitasse.training import SentenceModel, TrainingConfig, fine_tune
+    from demitasse.training.recipes import load_training_sets, make_objective
+
+    config = TrainingConfig(
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        learning_rate=args.lr,
+        max_steps=args.max_steps,
+        eval_steps=args.eval_steps,
+        patience=args.patience,
+        seed=args.seed,
+    )
+    names = [n.strip() for n in args.data.split(",") if n.strip()]
+    sets = load_training_sets(names, args.data_dir)
+    dev = load_stsb("dev", args.data_dir)
+    model = SentenceModel.load(args.model)
+    espresso_options = (
+        "compress_dim",
+        "layer_weighting",
+        "compression",
+        "layer_indexing",
+        "pca_scaling",
+    )
+    options = {k: getattr(args, k) for k in espresso_options if getattr(args, k) is not None}
+    if options and args.method != "ese":
+        raise DemitasseError(f"--{next(iter(options)).replace('_', '-')} applies to --method ese")
+    objective = make_objective(args.method, model.num_layers, model.dim, args.loss, **options)
+    _log(f"training {args.method} on {', '.join(f'{s.name} ({len(s)})' for s in sets)}")
+    result = fine_tune(model, objective, sets, args.out, config, dev=dev, description=args.method)
+    best = "n/a" if result.best_score is None else f"{result.best_score:.2f}"
+    print(f"{result.model_dir}  (STS-B dev {best}, {result.steps} steps, {result.seconds:.0f} s)")
+    return 0
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from demitasse.export import export_sentence_transformer
+
+    out = export_sentence_transformer(args.model, args.out, layer=args.layer, dim=args.dim)
+    print(out)
+    return 0
 
 
 def _log(message: str) -> None:

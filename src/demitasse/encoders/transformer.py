@@ -45,7 +45,7 @@ def _pooling_of(module: torch.nn.Module) -> str:
     return str(mode)
 
 
-def _layer_stack(model: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:
+def layer_stack(model: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:
     """The module holding the transformer blocks as a ModuleList, for cutting the model."""
     for owner_name in ("encoder", "transformer", "model"):
         owner = getattr(model, owner_name, None)
@@ -86,6 +86,7 @@ class TransformerEncoder:
             model = SentenceTransformer(str(resolved.path), device=self.device)
         except Exception as exc:
             raise DemitasseError(f"cannot load model from {resolved.path}: {exc}") from None
+        self.sentence_transformer = model
         modules = list(model)
         self._transformer = modules[0]
         self.tokenizer = self._transformer.tokenizer
@@ -105,7 +106,7 @@ class TransformerEncoder:
         # present at the first forward call; a layer cut hides blocks, so run the whole model
         # once now or a cut-first caller would lose the deeper layers for good.
         with torch.inference_mode():
-            self.model(**self._tokenize(["warm up"]), output_hidden_states=True)
+            self.model(**self.tokenize(["warm up"]), output_hidden_states=True)
         self._cache: EmbeddingCache | None = None
         if cache:
             key = "-".join(
@@ -164,7 +165,7 @@ class TransformerEncoder:
 
     @contextlib.contextmanager
     def _cut_to(self, depth: int) -> Iterator[None]:
-        stack = _layer_stack(self.model)
+        stack = layer_stack(self.model)
         if stack is None or depth >= self.num_layers:
             yield
             return
@@ -176,7 +177,8 @@ class TransformerEncoder:
         finally:
             setattr(owner, attr, full)
 
-    def _tokenize(self, batch: list[str]) -> dict[str, torch.Tensor]:
+    def tokenize(self, batch: list[str]) -> dict[str, torch.Tensor]:
+        """Model inputs for ``batch`` on the encoder's device, as sentence-transformers builds."""
         batch = [t.strip() for t in batch]
         if self.do_lower_case:
             batch = [t.lower() for t in batch]
@@ -203,7 +205,7 @@ class TransformerEncoder:
         with torch.inference_mode(), self._cut_to(depth):
             for start in tqdm(starts, desc=f"encoding with {self.name}", disable=not show):
                 idx = order[start : start + batch_size]
-                features = self._tokenize([texts[i] for i in idx])
+                features = self.tokenize([texts[i] for i in idx])
                 hidden = self.model(**features, output_hidden_states=True).hidden_states
                 for layer in layers:
                     vectors = pool(hidden[layer], features["attention_mask"], self.pooling)

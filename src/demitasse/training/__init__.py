@@ -1,0 +1,49 @@
+"""Fine-tuning sentence encoders: the training loop, objectives and Espresso (ESE).
+
+``fine_tune(model, objective, train_sets, output_dir)`` trains a :class:`SentenceModel` with a
+model loss — :class:`LastLayerLoss` (plain), :class:`MatryoshkaLoss` or :class:`EspressoLoss` —
+around a base loss (AnglE by default, CoSENT or in-batch negatives).
+"""
+
+from demitasse.training.espresso import EspressoLoss, compression_target
+from demitasse.training.losses import (
+    AnglELoss,
+    AngleLoss,
+    CoSENTLoss,
+    InBatchNegativesLoss,
+    LastLayerLoss,
+    MatryoshkaLoss,
+    ModelLoss,
+    PairBatch,
+    make_base_loss,
+)
+from demitasse.training.model import SentenceModel
+from demitasse.training.trainer import (
+    TrainingConfig,
+    TrainingResult,
+    TrainingSet,
+    dev_score,
+    epoch_batches,
+    fine_tune,
+)
+
+__all__ = [
+    "AnglELoss",
+    "AngleLoss",
+    "CoSENTLoss",
+    "EspressoLoss",
+    "InBatchNegativesLoss",
+    "LastLayerLoss",
+    "MatryoshkaLoss",
+    "ModelLoss",
+    "PairBatch",
+    "SentenceModel",
+    "TrainingConfig",
+    "TrainingResult",
+    "TrainingSet",
+    "compression_target",
+    "dev_score",
+    "epoch_batches",
+    "fine_tune",
+    "make_base_loss",
+]

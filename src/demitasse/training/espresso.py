@@ -1,0 +1,159 @@
+"""Espresso Sentence Embeddings (ESE; Li et al., ICLR 2025): learn-to-express and
+learn-to-compress, so a model can be cut after any layer and truncated to its first k dims.
+
+Loss (paper Eq. 2 and Eqs. 3–6), with n transformer blocks:
+
+    L = L_base(layer n) + alpha · Σ_{i<n} w_i · L_base(layer i) + beta · Σ_i w_i · L_align(layer i)
+
+* **Learn-to-express:** ``w_i = 1 / (1 + ln i)`` for layers 1..n−1 (``layer_weighting=
+  "default"``); ``"none"`` sets every w_i = 1; ``"dynamic"`` learns them as (n−1)·softmax(θ),
+  so they keep their total and can only move weight between layers. The last layer always
+  has weight 1.
+* **Learn-to-compress:** for a layer's batch embeddings X [N, d], the inner-dependency matrix
+  A = softmax(XᵀX / √d) [d, d]; its top-k left singular vectors A_k [d, k]; the target
+  T = X·A_k, computed without gradient; the first k dimensions of X are aligned to it with
+  MSE + KL(softmax(T/τ) ‖ softmax(X[:, :k]/τ)). ``compression="embeddings"`` replaces A by the
+  covariance of X (plain PCA of the embeddings, the paper's ablation); ``"none"`` drops the
+  term. Layer i's alignment gets the same w_i; the last layer's gets 1.
+
+Where the paper and the reference AnglE code differ, the paper is the default and the code an
+option: ``layer_indexing="reference"`` applies the express and compress terms to hidden states
+0..n−2 (0 = the embedding layer's output) with w = 1/(1+ln(1+i)), as the code's loop does, and
+``pca_scaling="singular-values"`` uses A_k·diag(s_k) instead of A_k.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F  # noqa: N812  (torch convention)
+
+from demitasse.errors import DemitasseError
+from demitasse.training.losses import BaseLoss, ModelLoss, PairBatch
+
+LAYER_WEIGHTINGS = ("default", "none", "dynamic")
+COMPRESSIONS = ("dependencies", "embeddings", "none")
+LAYER_INDEXINGS = ("paper", "reference")
+PCA_SCALINGS = ("none", "singular-values")
+
+
+def compression_target(
+    X: torch.Tensor,  # noqa: N803  (matrix)
+    k: int,
+    how: str = "dependencies",
+    scaling: str = "none",
+) -> torch.Tensor:
+    """The PCA-compressed target [N, k] of embeddings ``X`` [N, d] (no gradient)."""
+    with torch.no_grad():
+        X = X.float()  # noqa: N806
+        if how == "dependencies":
+            matrix = torch.softmax(X.T @ X / math.sqrt(X.shape[1]), dim=-1)
+        elif how == "embeddings":
+            centred = X - X.mean(dim=0)
+            matrix = centred.T @ centred / max(1, len(X) - 1)
+        else:
+            raise DemitasseError(f"unknown compression {how!r}; choose from {COMPRESSIONS}")
+        left, singular, _ = torch.linalg.svd(matrix)
+        axes = left[:, :k]
+        if scaling == "singular-values":
+            axes = axes * singular[:k]
+        return X @ axes
+
+
+def alignment_loss(prefix: torch.Tensor, target: torch.Tensor, temperature: float) -> torch.Tensor:
+    """MSE + KL(target ‖ prefix) over row-wise softmaxes at ``temperature``."""
+    mse = F.mse_loss(prefix, target)
+    kl = F.kl_div(
+        F.log_softmax(prefix / temperature, dim=-1),
+        F.log_softmax(target / temperature, dim=-1),
+        log_target=True,
+        reduction="batchmean",
+    )
+    return mse + kl
+
+
+class EspressoLoss(ModelLoss):
+    """The ESE objective around a base loss; see the module docstring for every option."""
+
+    def __init__(
+        self,
+        base: BaseLoss,
+        num_layers: int,
+        compress_dim: int = 128,
+        express_weight: float = 1.0,
+        compress_weight: float = 1.0,
+        layer_weighting: str = "default",
+        compression: str = "dependencies",
+        layer_indexing: str = "paper",
+        pca_scaling: str = "none",
+        kl_temperature: float = 1.0,
+    ) -> None:
+        super().__init__()
+        for value, allowed, what in (
+            (layer_weighting, LAYER_WEIGHTINGS, "layer_weighting"),
+            (compression, COMPRESSIONS, "compression"),
+            (layer_indexing, LAYER_INDEXINGS, "layer_indexing"),
+            (pca_scaling, PCA_SCALINGS, "pca_scaling"),
+        ):
+            if value not in allowed:
+                raise DemitasseError(f"espresso: {what} must be one of {allowed}, got {value!r}")
+        if num_layers < 2:
+            raise DemitasseError("espresso needs a model with at least 2 layers")
+        if compress_dim < 1 or kl_temperature <= 0:
+            raise DemitasseError("espresso: compress_dim and kl_temperature must be positive")
+        self.base = base
+        self.num_layers = num_layers
+        self.compress_dim = compress_dim
+        self.express_weight = express_weight
+        self.compress_weight = compress_weight
+        self.layer_weighting = layer_weighting
+        self.compression = compression
+        self.layer_indexing = layer_indexing
+        self.pca_scaling = pca_scaling
+        self.kl_temperature = kl_temperature
+        # Hidden-state indices of the inner layers and their default weights.
+        if layer_indexing == "paper":
+            self.inner = list(range(1, num_layers))
+            fixed = [1.0 / (1.0 + math.log(i)) for i in self.inner]
+        else:
+            self.inner = list(range(0, num_layers - 1))
+            fixed = [1.0 / (1.0 + math.log(1 + i)) for i in self.inner]
+        if layer_weighting == "none":
+            fixed = [1.0] * len(self.inner)
+        self.register_buffer("fixed_weights", torch.tensor(fixed), persistent=False)
+        self.layer_logits = (
+            torch.nn.Parameter(torch.zeros(len(self.inner)))
+            if layer_weighting == "dynamic"
+            else None
+        )
+
+    def layer_weights(self) -> torch.Tensor:
+        """Weights of the inner layers (hidden-state indices ``self.inner``)."""
+        if self.layer_logits is None:
+            return self.fixed_weights
+        return len(self.inner) * torch.softmax(self.layer_logits, dim=0)
+
+    def _align(self, batch: PairBatch) -> torch.Tensor:
+        X = batch.all_rows()  # noqa: N806
+        k = min(self.compress_dim, X.shape[1])
+        target = compression_target(X, k, self.compression, self.pca_scaling)
+        return alignment_loss(X[:, :k], target.to(X.dtype), self.kl_temperature)
+
+    def forward(self, layers: Sequence[PairBatch]) -> torch.Tensor:
+        if len(layers) != self.num_layers + 1:
+            raise DemitasseError(
+                f"espresso: expected {self.num_layers + 1} hidden states, got {len(layers)}"
+            )
+        last = layers[self.num_layers]
+        loss = self.base(last)
+        weights = self.layer_weights()
+        if self.express_weight:
+            express = torch.stack([self.base(layers[i]) for i in self.inner])
+            loss = loss + self.express_weight * (weights * express).sum()
+        if self.compress_weight and self.compression != "none":
+            aligned = torch.stack([self._align(layers[i]) for i in self.inner])
+            compress = (weights * aligned).sum() + self._align(last)
+            loss = loss + self.compress_weight * compress
+        return loss

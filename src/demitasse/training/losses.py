@@ -1,0 +1,219 @@
+"""Sentence-embedding objectives on one layer's embeddings, and wrappers that pick layers and dims.
+
+A *base loss* maps a :class:`PairBatch` (the embeddings of one layer for one batch) to a scalar:
+CoSENT, in-batch negatives (InfoNCE), the AnglE angle term, or the AnglE combination of the
+three. A *model loss* maps the embeddings of every layer to a scalar and wraps a base loss, as
+sentence-transformers' MatryoshkaLoss wraps its inner loss: :class:`LastLayerLoss` (plain
+training), :class:`MatryoshkaLoss` (prefixes of the last layer) and, in
+:mod:`demitasse.training.espresso`, the Espresso loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F  # noqa: N812  (torch convention)
+
+from demitasse.compress.similarity_losses import cosent_loss
+from demitasse.errors import DemitasseError
+
+
+@dataclass
+class PairBatch:
+    """One layer's embeddings for a batch: row i of ``anchors`` pairs with row i of ``positives``.
+
+    ``negatives`` (hard negatives, row-aligned) and ``scores`` (graded similarity of each pair)
+    are optional; a batch has scores (STS-like data) or positives without scores (NLI-like).
+    """
+
+    anchors: torch.Tensor
+    positives: torch.Tensor
+    negatives: torch.Tensor | None = None
+    scores: torch.Tensor | None = None
+
+    def prefix(self, dim: int) -> PairBatch:
+        """The same batch keeping only the first ``dim`` dimensions."""
+        negatives = None if self.negatives is None else self.negatives[:, :dim]
+        return PairBatch(self.anchors[:, :dim], self.positives[:, :dim], negatives, self.scores)
+
+    def all_rows(self) -> torch.Tensor:
+        """Every embedding of the batch stacked: anchors, positives, then negatives."""
+        parts = [self.anchors, self.positives]
+        if self.negatives is not None:
+            parts.append(self.negatives)
+        return torch.cat(parts)
+
+    def graded_pairs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(left, right, score) of every pair; without scores positives grade 1, negatives 0."""
+        if self.scores is not None:
+            return self.anchors, self.positives, self.scores
+        ones = torch.ones(len(self.anchors), device=self.anchors.device)
+        if self.negatives is None:
+            return self.anchors, self.positives, ones
+        left = torch.cat([self.anchors, self.anchors])
+        right = torch.cat([self.positives, self.negatives])
+        return left, right, torch.cat([ones, torch.zeros_like(ones)])
+
+
+class BaseLoss(Protocol):
+    def __call__(self, batch: PairBatch) -> torch.Tensor: ...
+
+
+class CoSENTLoss:
+    """CoSENT over the graded pairs of the batch (pairs of higher grade should be closer)."""
+
+    def __init__(self, scale: float = 20.0) -> None:
+        self.scale = scale
+
+    def __call__(self, batch: PairBatch) -> torch.Tensor:
+        left, right, grades = batch.graded_pairs()
+        return cosent_loss(left, right, grades, self.scale)
+
+
+class InBatchNegativesLoss:
+    """InfoNCE: each anchor against every positive and hard negative of the batch.
+
+    Scored batches have no designated positives, so they contribute zero.
+    """
+
+    def __init__(self, scale: float = 20.0) -> None:
+        self.scale = scale
+
+    def __call__(self, batch: PairBatch) -> torch.Tensor:
+        if batch.scores is not None:
+            return batch.anchors.sum() * 0.0
+        candidates = batch.positives
+        if batch.negatives is not None:
+            candidates = torch.cat([batch.positives, batch.negatives])
+        logits = self.scale * F.normalize(batch.anchors, dim=-1) @ F.normalize(candidates).T
+        target = torch.arange(len(batch.anchors), device=logits.device)
+        return F.cross_entropy(logits, target)
+
+
+def angle_distance(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """Mean absolute angle (in units of π) of ``left / right`` in complex space, per pair.
+
+    Each embedding is read as a complex vector: first half real parts, second half imaginary
+    parts. The angle of the element-wise quotient does not saturate where cosine does, which is
+    AnglE's point.
+    """
+    half = left.shape[-1] // 2
+    a, b = left[:, :half], left[:, half : 2 * half]
+    c, d = right[:, :half], right[:, half : 2 * half]
+    # (a + bi) / (c + di) ∝ (ac + bd) + (bc − ad) i; only its angle matters.
+    angles = torch.atan2(b * c - a * d, a * c + b * d)
+    return angles.abs().mean(dim=-1) / torch.pi
+
+
+class AngleLoss:
+    """AnglE's angle term: pairs of higher grade should have a smaller angle distance."""
+
+    def __init__(self, scale: float = 20.0) -> None:
+        self.scale = scale
+
+    def __call__(self, batch: PairBatch) -> torch.Tensor:
+        left, right, grades = batch.graded_pairs()
+        distance = angle_distance(left, right) * self.scale
+        gaps = distance.unsqueeze(1) - distance.unsqueeze(0)  # [i, j] = d_i − d_j
+        better = grades.unsqueeze(1) > grades.unsqueeze(0)
+        gaps = gaps.masked_fill(~better, float("-inf"))
+        zero = torch.zeros(1, dtype=gaps.dtype, device=gaps.device)
+        return torch.logsumexp(torch.cat([zero, gaps.flatten()]), dim=0)
+
+
+class AnglELoss:
+    """AnglE (Li & Li, ACL 2024): ``w_cos·CoSENT + w_ibn·in-batch negatives + w_angle·angle``.
+
+    Defaults: all three weights 1 and scale 20 (temperature 0.05) in each term.
+    """
+
+    def __init__(
+        self,
+        cosine_weight: float = 1.0,
+        ibn_weight: float = 1.0,
+        angle_weight: float = 1.0,
+        scale: float = 20.0,
+    ) -> None:
+        self.terms = [
+            (cosine_weight, CoSENTLoss(scale)),
+            (ibn_weight, InBatchNegativesLoss(scale)),
+            (angle_weight, AngleLoss(scale)),
+        ]
+
+    def __call__(self, batch: PairBatch) -> torch.Tensor:
+        total = batch.anchors.sum() * 0.0
+        for weight, term in self.terms:
+            if weight:
+                total = total + weight * term(batch)
+        return total
+
+
+BASE_LOSSES = {
+    "angle": AnglELoss,
+    "cosent": CoSENTLoss,
+    "ibn": InBatchNegativesLoss,
+}
+
+
+def make_base_loss(name: str) -> BaseLoss:
+    """A base loss by name: ``angle`` (AnglE, default), ``cosent`` or ``ibn``."""
+    if name not in BASE_LOSSES:
+        raise DemitasseError(f"unknown loss {name!r}; choose one of {', '.join(BASE_LOSSES)}")
+    return BASE_LOSSES[name]()
+
+
+class ModelLoss(torch.nn.Module):
+    """A loss over every layer's embeddings: ``layers[i]`` is the batch at hidden state i.
+
+    Index 0 is the embedding layer's output and index n the last transformer block. It is a
+    Module so that losses with learnable parts (Espresso's dynamic layer weights) train with the
+    model and are checkpointed with it.
+    """
+
+    def forward(self, layers: Sequence[PairBatch]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, object]:
+        """Class and scalar settings (base loss included): what a checkpoint must match."""
+        settings: dict[str, object] = {"loss": type(self).__name__}
+        for name, value in sorted(vars(self).items()):
+            if name.startswith("_") or name == "training":
+                continue
+            if isinstance(value, bool | int | float | str) or value is None:
+                settings[name] = value
+            elif isinstance(value, list | tuple) and all(isinstance(v, int) for v in value):
+                settings[name] = list(value)
+            elif name == "base":
+                settings["base"] = type(value).__name__
+        return settings
+
+
+class LastLayerLoss(ModelLoss):
+    """Plain training: the base loss on the last layer at full width."""
+
+    def __init__(self, base: BaseLoss) -> None:
+        super().__init__()
+        self.base = base
+
+    def forward(self, layers: Sequence[PairBatch]) -> torch.Tensor:
+        return self.base(layers[-1])
+
+
+class MatryoshkaLoss(ModelLoss):
+    """Matryoshka representation learning: the base loss summed over prefixes of the last layer
+    (weight 1 each, as sentence-transformers' MatryoshkaLoss does by default)."""
+
+    def __init__(self, base: BaseLoss, dims: Sequence[int]) -> None:
+        super().__init__()
+        if not dims or any(int(d) < 1 for d in dims):
+            raise DemitasseError("MatryoshkaLoss needs positive dims")
+        self.base = base
+        self.dims = sorted({int(d) for d in dims}, reverse=True)
+
+    def forward(self, layers: Sequence[PairBatch]) -> torch.Tensor:
+        last = layers[-1]
+        width = last.anchors.shape[-1]
+        return torch.stack([self.base(last.prefix(min(d, width))) for d in self.dims]).sum()

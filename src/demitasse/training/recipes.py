@@ -1,0 +1,60 @@
+"""Named training data and objectives, shared by the CLI and the benchmarks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from demitasse.data import load_sickr, load_snli, load_stsb, nli_triples
+from demitasse.errors import DemitasseError
+from demitasse.training.espresso import EspressoLoss
+from demitasse.training.losses import LastLayerLoss, MatryoshkaLoss, ModelLoss, make_base_loss
+from demitasse.training.trainer import TrainingSet
+
+DataDir = str | Path | None
+
+TRAINING_SETS: dict[str, Callable[[DataDir], TrainingSet]] = {
+    "stsb-train": lambda d: TrainingSet.from_scored_pairs(load_stsb("train", d), 0.0, 5.0),
+    "sick-train": lambda d: TrainingSet.from_scored_pairs(load_sickr("train", d), 1.0, 5.0),
+    # SNLI is no evaluation set here: its dev and test splits (the only ones shipped) train.
+    "snli": lambda d: TrainingSet.from_triples("snli", nli_triples(load_snli(d, ("dev", "test")))),
+}
+METHODS = ("raw", "mrl", "ese")
+MRL_DIMS = (384, 256, 128, 64, 32, 16, 8)
+
+
+def load_training_sets(names: Sequence[str], data_dir: DataDir = None) -> list[TrainingSet]:
+    """Training sets by name: ``stsb-train``, ``sick-train``, ``snli`` (triples)."""
+    unknown = [n for n in names if n not in TRAINING_SETS]
+    if unknown or not names:
+        raise DemitasseError(
+            f"unknown training data {', '.join(unknown) or '(none)'}; "
+            f"choose from {', '.join(TRAINING_SETS)}"
+        )
+    return [TRAINING_SETS[name](data_dir) for name in names]
+
+
+def make_objective(
+    method: str,
+    num_layers: int,
+    dim: int,
+    loss: str = "angle",
+    mrl_dims: Sequence[int] = MRL_DIMS,
+    **espresso: Any,
+) -> ModelLoss:
+    """``raw`` (last layer), ``mrl`` (Matryoshka over ``mrl_dims`` ≤ dim) or ``ese``.
+
+    ``espresso`` options go to :class:`EspressoLoss`; ``compress_dim`` defaults to dim / 3
+    rounded to a multiple of 8 (128 for a 384-d model, 256 for 768-d: the paper's k = 128 on
+    BERT-base-sized models scaled to the width).
+    """
+    base = make_base_loss(loss)
+    if method == "raw":
+        return LastLayerLoss(base)
+    if method == "mrl":
+        return MatryoshkaLoss(base, [d for d in mrl_dims if d <= dim] or [dim])
+    if method == "ese":
+        espresso.setdefault("compress_dim", max(8, (dim // 3) // 8 * 8))
+        return EspressoLoss(base, num_layers, **espresso)
+    raise DemitasseError(f"unknown training method {method!r}; choose from {', '.join(METHODS)}")

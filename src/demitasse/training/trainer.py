@@ -1,0 +1,379 @@
+"""The fine-tuning loop shared by every training method (Espresso, its baselines, poolers).
+
+AdamW with linear warm-up then linear decay, gradient clipping, evaluation on a dev set of
+scored pairs (STS-B dev by default in the CLI) every ``eval_steps`` and at each epoch end,
+early stopping after ``patience`` evaluations without improvement, and checkpoints written
+atomically so an interrupted run resumes where it stopped. Runs on the GPU when the model is
+on one.
+
+Layout of ``output_dir``::
+
+    checkpoint/   backbone.safetensors, optimizer.safetensors, loss.safetensors, state.json
+    best/         the sentence-transformers model with the best dev score (the result)
+    training.json the configuration, dev scores per evaluation, steps and seconds
+
+A resumed run replays the same batch order (it is a function of the seed and the epoch) and
+skips the batches already done; dropout noise after the resume differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, load_model, save_file, save_model
+from tqdm.auto import tqdm
+
+from demitasse.data.nli import Triples
+from demitasse.data.pairs import ScoredPairs
+from demitasse.errors import DataError, DemitasseError
+from demitasse.evaluation.sts import spearman_x100
+from demitasse.io import atomic_directory, atomic_write_json
+from demitasse.training.losses import ModelLoss, PairBatch
+from demitasse.training.model import SentenceModel
+
+
+@dataclass(frozen=True, eq=False)
+class TrainingSet:
+    """Training examples of one kind: (anchor, positive[, negative]) or graded pairs.
+
+    Every batch comes from one set, so a batch is either scored or not.
+    """
+
+    name: str
+    anchors: list[str]
+    positives: list[str]
+    negatives: list[str] | None = None
+    scores: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.anchors)
+        if n < 2 or len(self.positives) != n:
+            raise DataError(f"{self.name}: needs >= 2 examples with a positive each")
+        if self.negatives is not None and len(self.negatives) != n:
+            raise DataError(f"{self.name}: {len(self.negatives)} negatives for {n} anchors")
+        if self.scores is not None and len(self.scores) != n:
+            raise DataError(f"{self.name}: {len(self.scores)} scores for {n} pairs")
+
+    def __len__(self) -> int:
+        return len(self.anchors)
+
+    @classmethod
+    def from_scored_pairs(cls, pairs: ScoredPairs, low: float, high: float) -> TrainingSet:
+        """Graded pairs with scores mapped from [low, high] onto [0, 1] (sets mix in one run)."""
+        scores = (np.asarray(pairs.scores, dtype=np.float32) - low) / (high - low)
+        return cls(pairs.name, pairs.sentences1, pairs.sentences2, None, scores)
+
+    @classmethod
+    def from_triples(cls, name: str, triples: Triples) -> TrainingSet:
+        return cls(name, triples.anchors, triples.positives, triples.negatives)
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Hyperparameters of the loop (the objective carries its own)."""
+
+    epochs: int = 1
+    batch_size: int = 32
+    learning_rate: float = 2e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+    max_steps: int | None = None
+    eval_steps: int = 100
+    patience: int | None = 5
+    checkpoint_steps: int = 100
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        positive = ("epochs", "batch_size", "eval_steps", "checkpoint_steps")
+        for name in positive:
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise DemitasseError(f"training: {name} must be a positive integer")
+        if self.batch_size < 2:
+            raise DemitasseError("training: batch_size must be >= 2 (in-batch losses)")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise DemitasseError("training: max_steps must be a positive integer")
+        if self.patience is not None and self.patience < 1:
+            raise DemitasseError("training: patience must be a positive integer")
+        if not self.learning_rate > 0 or not 0 <= self.warmup_ratio < 1:
+            raise DemitasseError("training: learning_rate must be > 0, warmup_ratio in [0, 1)")
+        if self.weight_decay < 0 or self.max_grad_norm <= 0:
+            raise DemitasseError("training: weight_decay >= 0 and max_grad_norm > 0 needed")
+
+
+@dataclass
+class TrainingResult:
+    model_dir: Path
+    best_score: float | None
+    steps: int
+    seconds: float
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def epoch_batches(
+    sets: Sequence[TrainingSet], batch_size: int, seed: int, epoch: int
+) -> list[tuple[int, np.ndarray]]:
+    """(set index, row indices) of every batch of one epoch, in training order.
+
+    Rows are shuffled within each set and the batches of all sets shuffled together; a last
+    batch smaller than 2 rows is dropped.
+    """
+    rng = np.random.default_rng([seed, epoch])
+    batches = []
+    for index, training_set in enumerate(sets):
+        order = rng.permutation(len(training_set))
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            if len(rows) >= 2:
+                batches.append((index, rows))
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def _layer_batches(
+    model: SentenceModel, training_set: TrainingSet, rows: np.ndarray
+) -> list[PairBatch]:
+    """Embed one batch with gradients and split it into one PairBatch per hidden state."""
+    texts = [training_set.anchors[i] for i in rows] + [training_set.positives[i] for i in rows]
+    if training_set.negatives is not None:
+        texts += [training_set.negatives[i] for i in rows]
+    scores = None
+    if training_set.scores is not None:
+        scores = torch.as_tensor(training_set.scores[rows], device=model.device)
+    n = len(rows)
+    layers = []
+    for pooled in model(texts):
+        negatives = pooled[2 * n :] if training_set.negatives is not None else None
+        layers.append(PairBatch(pooled[:n], pooled[n : 2 * n], negatives, scores))
+    return layers
+
+
+def dev_score(
+    model: SentenceModel,
+    dev: ScoredPairs,
+    layers: Sequence[int] | None = None,
+    batch_size: int = 64,
+) -> float:
+    """Mean Spearman ×100 of cosine on ``dev`` over hidden-state ``layers`` (default: last)."""
+    layers = [model.num_layers] if layers is None else list(layers)
+    texts = list(dict.fromkeys(dev.sentences1 + dev.sentences2))
+    was_training = model.training
+    model.eval()
+    pooled: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
+    with torch.no_grad():
+        for start in range(0, len(texts), batch_size):
+            outputs = model(texts[start : start + batch_size])
+            for layer in layers:
+                pooled[layer].append(torch.nn.functional.normalize(outputs[layer].float(), dim=1))
+    model.train(was_training)
+    row = {text: i for i, text in enumerate(texts)}
+    left = [row[t] for t in dev.sentences1]
+    right = [row[t] for t in dev.sentences2]
+    scores = []
+    for layer in layers:
+        vectors = torch.cat(pooled[layer]).cpu().numpy()
+        cosine = (vectors[left] * vectors[right]).sum(axis=1)
+        scores.append(spearman_x100(cosine, np.asarray(dev.scores)))
+    return float(np.mean(scores))
+
+
+class _Checkpoint:
+    """Atomic save and load of everything needed to resume: weights, optimiser, loop state."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def exists(self) -> bool:
+        return (self.directory / "state.json").is_file()
+
+    def save(
+        self,
+        model: SentenceModel,
+        objective: ModelLoss,
+        optimiser: torch.optim.Optimizer,
+        state: dict[str, Any],
+    ) -> None:
+        with atomic_directory(self.directory) as tmp:
+            save_model(model.backbone, str(tmp / "backbone.safetensors"))
+            loss_state = {k: v.contiguous() for k, v in objective.state_dict().items()}
+            save_file(loss_state, str(tmp / "loss.safetensors"))
+            moments = {}
+            for index, param_state in optimiser.state_dict()["state"].items():
+                for name, value in param_state.items():
+                    moments[f"{index}.{name}"] = torch.as_tensor(value).contiguous()
+            save_file(moments, str(tmp / "optimizer.safetensors"))
+            (tmp / "state.json").write_text(json.dumps(state, indent=1), encoding="utf-8")
+
+    def load(
+        self, model: SentenceModel, objective: ModelLoss, optimiser: torch.optim.Optimizer
+    ) -> dict[str, Any]:
+        try:
+            state = json.loads((self.directory / "state.json").read_text(encoding="utf-8"))
+            load_model(model.backbone, str(self.directory / "backbone.safetensors"))
+            objective.load_state_dict(load_file(str(self.directory / "loss.safetensors")))
+            moments = load_file(str(self.directory / "optimizer.safetensors"))
+        except Exception as exc:
+            raise DemitasseError(f"cannot resume from {self.directory}: {exc}") from None
+        per_param: dict[int, dict[str, torch.Tensor]] = {}
+        for key, value in moments.items():
+            index, name = key.split(".", 1)
+            per_param.setdefault(int(index), {})[name] = value.to(model.device)
+        saved = optimiser.state_dict()
+        saved["state"] = per_param
+        optimiser.load_state_dict(saved)
+        return state
+
+
+def _learning_rate_factor(step: int, warmup: int, total: int) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
+def fine_tune(
+    model: SentenceModel,
+    objective: ModelLoss,
+    train_sets: Sequence[TrainingSet],
+    output_dir: str | Path,
+    config: TrainingConfig | None = None,
+    dev: ScoredPairs | None = None,
+    dev_layers: Sequence[int] | None = None,
+    progress: bool = True,
+    description: str = "training",
+) -> TrainingResult:
+    """Train ``model`` on ``train_sets`` with ``objective``; the best model goes to
+    ``output_dir/best`` (the last one when there is no ``dev``). Resumes from
+    ``output_dir/checkpoint`` when it was written with the same configuration."""
+    config = config or TrainingConfig()
+    if not train_sets:
+        raise DataError("training: no training data")
+    output_dir = Path(output_dir)
+    torch.manual_seed(config.seed)
+    model.train()
+    objective.to(model.device)
+    decay, no_decay = [], []
+    for name, parameter in model.backbone.named_parameters():
+        (no_decay if parameter.ndim < 2 or "LayerNorm" in name else decay).append(parameter)
+    groups = [
+        {"params": decay, "weight_decay": config.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    loss_parameters = [p for p in objective.parameters() if p.requires_grad]
+    if loss_parameters:
+        groups.append({"params": loss_parameters, "weight_decay": 0.0})
+    optimiser = torch.optim.AdamW(groups, lr=config.learning_rate)
+
+    per_epoch = len(epoch_batches(train_sets, config.batch_size, config.seed, 0))
+    total = per_epoch * config.epochs
+    if config.max_steps is not None:
+        total = min(total, config.max_steps)
+    warmup = max(1, round(config.warmup_ratio * total))
+    signature = {
+        "config": dataclasses.asdict(config),
+        "sets": [[s.name, len(s)] for s in train_sets],
+        "objective": objective.describe(),
+    }
+    state: dict[str, Any] = {"step": 0, "best": None, "stale": 0, "history": [], "seconds": 0.0}
+    checkpoint = _Checkpoint(output_dir / "checkpoint")
+    if checkpoint.exists():
+        saved = json.loads((checkpoint.directory / "state.json").read_text(encoding="utf-8"))
+        if saved.get("signature") != signature:
+            raise DemitasseError(
+                f"{checkpoint.directory} belongs to a run with other settings; "
+                "use another output directory or delete it"
+            )
+        state = checkpoint.load(model, objective, optimiser)
+    if state.get("finished"):
+        return _result(output_dir, state)
+    best_dir = output_dir / "best"
+
+    def evaluate_and_keep() -> bool:
+        """Evaluate on dev, keep the best model; True when training should stop early."""
+        if dev is None or (state["history"] and state["history"][-1]["step"] == state["step"]):
+            return False
+        score = dev_score(model, dev, dev_layers)
+        state["history"].append({"step": state["step"], "dev": round(score, 4)})
+        if state["best"] is None or score > state["best"]:
+            state["best"], state["stale"] = score, 0
+            model.save(best_dir)
+        else:
+            state["stale"] += 1
+        bar.set_postfix(dev=f"{score:.2f}", best=f"{state['best']:.2f}")
+        return config.patience is not None and state["stale"] >= config.patience
+
+    def save_checkpoint() -> None:
+        checkpoint.save(model, objective, optimiser, {**state, "signature": signature})
+
+    started = time.perf_counter() - state["seconds"]
+    bar = tqdm(total=total, initial=state["step"], desc=description, disable=not progress)
+    stop = False
+    if dev is not None and state["step"] == 0 and state["best"] is None:
+        stop = evaluate_and_keep()  # the starting point counts: training must beat it
+    for epoch in range(config.epochs):
+        if stop or state["step"] >= total:
+            break
+        batches = epoch_batches(train_sets, config.batch_size, config.seed, epoch)
+        first = state["step"] - epoch * per_epoch
+        if first >= len(batches):
+            continue
+        for set_index, rows in batches[max(0, first) :]:
+            factor = _learning_rate_factor(state["step"], warmup, total)
+            for group in optimiser.param_groups:
+                group["lr"] = config.learning_rate * factor
+            loss = objective(_layer_batches(model, train_sets[set_index], rows))
+            if not torch.isfinite(loss):
+                raise DemitasseError(f"training: loss became {float(loss)} at step {state['step']}")
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(
+                [p for g in groups for p in g["params"]], config.max_grad_norm
+            )
+            optimiser.step()
+            state["step"] += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+            state["seconds"] = time.perf_counter() - started
+            at_end = state["step"] >= total
+            if state["step"] % config.eval_steps == 0 or at_end:
+                stop = evaluate_and_keep()
+            if state["step"] % config.checkpoint_steps == 0 or stop or at_end:
+                save_checkpoint()
+            if stop or at_end:
+                break
+        else:
+            stop = evaluate_and_keep()
+            save_checkpoint()
+    bar.close()
+    if dev is None:
+        model.save(best_dir)
+    state["seconds"] = time.perf_counter() - started
+    state["finished"] = True
+    save_checkpoint()
+    atomic_write_json(
+        output_dir / "training.json",
+        {
+            "signature": signature,
+            "best_dev": state["best"],
+            "steps": state["step"],
+            "seconds": round(state["seconds"], 1),
+            "history": state["history"],
+        },
+    )
+    return _result(output_dir, state)
+
+
+def _result(output_dir: Path, state: dict[str, Any]) -> TrainingResult:
+    return TrainingResult(
+        model_dir=output_dir / "best",
+        best_score=state["best"],
+        steps=state["step"],
+        seconds=state["seconds"],
+        history=list(state["history"]),
+    )

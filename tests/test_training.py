@@ -1,0 +1,339 @@
+"""The fine-tuning loop, its losses and Espresso, on synthetic tensors and a tiny random BERT."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from demitasse.data import ScoredPairs
+from demitasse.errors import DemitasseError
+from demitasse.training import (
+    AnglELoss,
+    AngleLoss,
+    CoSENTLoss,
+    EspressoLoss,
+    InBatchNegativesLoss,
+    LastLayerLoss,
+    MatryoshkaLoss,
+    PairBatch,
+    SentenceModel,
+    TrainingConfig,
+    TrainingSet,
+    compression_target,
+    dev_score,
+    epoch_batches,
+    fine_tune,
+)
+from demitasse.training.espresso import alignment_loss
+from demitasse.training.losses import angle_distance
+from tests.helpers import build_tiny_model
+
+
+def _pairs(n: int = 8, d: int = 16, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    anchors = torch.randn(n, d, generator=generator)
+    return anchors, anchors + 0.1 * torch.randn(n, d, generator=generator)
+
+
+# ---- base losses ---------------------------------------------------------------------------
+
+
+def test_pair_losses_prefer_the_right_order() -> None:
+    anchors, positives = _pairs()
+    negatives = torch.randn_like(anchors)
+    right = PairBatch(anchors, positives, negatives)
+    wrong = PairBatch(anchors, negatives, positives)
+    for loss in (CoSENTLoss(), InBatchNegativesLoss(), AngleLoss(), AnglELoss()):
+        assert float(loss(right)) < float(loss(wrong)), type(loss).__name__
+
+
+def test_scored_batches_rank_by_score_and_skip_in_batch_negatives() -> None:
+    anchors, positives = _pairs()
+    cosine = torch.nn.functional.cosine_similarity(anchors, positives)
+    agreeing = PairBatch(anchors, positives, scores=cosine)
+    reversed_ = PairBatch(anchors, positives, scores=-cosine)
+    assert float(CoSENTLoss()(agreeing)) < float(CoSENTLoss()(reversed_))
+    assert float(InBatchNegativesLoss()(agreeing)) == 0.0
+
+
+def test_angle_distance_is_zero_for_parallel_vectors_and_one_for_opposite() -> None:
+    x = torch.randn(4, 8)
+    assert torch.allclose(angle_distance(x, 3 * x), torch.zeros(4), atol=1e-6)
+    assert torch.allclose(angle_distance(x, -x), torch.ones(4), atol=1e-6)
+
+
+def test_matryoshka_loss_sums_the_base_loss_over_prefixes() -> None:
+    anchors, positives = _pairs(d=32)
+    batch = PairBatch(anchors, positives)
+    base = InBatchNegativesLoss()
+    expected = sum(float(base(batch.prefix(d))) for d in (32, 8, 4))
+    got = float(MatryoshkaLoss(base, [4, 8, 32])([batch]))
+    assert got == pytest.approx(expected, rel=1e-5)
+    assert float(LastLayerLoss(base)([PairBatch(*_pairs(d=32, seed=1)), batch])) == pytest.approx(
+        float(base(batch))
+    )
+
+
+# ---- Espresso ------------------------------------------------------------------------------
+
+
+def test_espresso_layer_weights_follow_the_paper_and_the_reference_code() -> None:
+    paper = EspressoLoss(CoSENTLoss(), num_layers=4)
+    assert paper.inner == [1, 2, 3]
+    expected = [1 / (1 + math.log(i)) for i in (1, 2, 3)]
+    assert paper.layer_weights().tolist() == pytest.approx(expected)
+    reference = EspressoLoss(CoSENTLoss(), num_layers=4, layer_indexing="reference")
+    assert reference.inner == [0, 1, 2]
+    assert reference.layer_weights().tolist() == pytest.approx(expected)
+    flat = EspressoLoss(CoSENTLoss(), num_layers=4, layer_weighting="none")
+    assert flat.layer_weights().tolist() == [1.0, 1.0, 1.0]
+    dynamic = EspressoLoss(CoSENTLoss(), num_layers=4, layer_weighting="dynamic")
+    assert [n for n, _ in dynamic.named_parameters()] == ["layer_logits"]
+    assert float(dynamic.layer_weights().detach().sum()) == pytest.approx(3.0)
+
+
+def test_compression_target_projects_on_the_top_dependency_axes_without_gradient() -> None:
+    X = torch.randn(20, 12, requires_grad=True)  # noqa: N806
+    target = compression_target(X, 4)
+    assert target.shape == (20, 4) and not target.requires_grad
+    dependencies = torch.softmax(X.detach().T @ X.detach() / math.sqrt(12), dim=-1)
+    left, singular, _ = torch.linalg.svd(dependencies)
+    assert torch.allclose(target, X.detach() @ left[:, :4], atol=1e-5)
+    scaled = compression_target(X, 4, scaling="singular-values")
+    assert torch.allclose(scaled, X.detach() @ (left[:, :4] * singular[:4]), atol=1e-5)
+    plain = compression_target(X, 4, how="embeddings")
+    assert plain.shape == (20, 4)
+
+
+def test_alignment_loss_vanishes_on_the_target() -> None:
+    target = torch.randn(6, 4)
+    assert float(alignment_loss(target.clone(), target, 1.0)) == pytest.approx(0.0, abs=1e-6)
+    assert float(alignment_loss(target + 1.0, target, 1.0)) > 0.5
+
+
+def test_espresso_loss_trains_every_layer_and_the_dynamic_weights() -> None:
+    layers = [
+        torch.randn(6, 16, requires_grad=True),
+        torch.randn(6, 16, requires_grad=True),
+        torch.randn(6, 16, requires_grad=True),
+    ]
+    batches = [PairBatch(x[:3], x[3:]) for x in layers]
+    loss = EspressoLoss(InBatchNegativesLoss(), 2, compress_dim=4, layer_weighting="dynamic")
+    value = loss(batches)
+    value.backward()
+    assert layers[0].grad is None  # the embedding layer is not trained under paper indexing
+    assert layers[1].grad is not None and layers[2].grad is not None
+    assert loss.layer_logits is not None and loss.layer_logits.grad is not None
+    without_compression = EspressoLoss(InBatchNegativesLoss(), 2, compression="none")
+    assert float(without_compression(batches).detach()) < float(value.detach())
+    with pytest.raises(DemitasseError, match="hidden states"):
+        loss(batches[:2])
+    with pytest.raises(DemitasseError, match="layer_weighting"):
+        EspressoLoss(InBatchNegativesLoss(), 2, layer_weighting="learned")
+
+
+# ---- the loop ------------------------------------------------------------------------------
+
+
+def test_epoch_batches_are_deterministic_cover_every_row_and_never_mix_sets() -> None:
+    sets = [
+        TrainingSet("a", [f"a{i}" for i in range(10)], [f"p{i}" for i in range(10)]),
+        TrainingSet("b", [f"b{i}" for i in range(7)], [f"q{i}" for i in range(7)]),
+    ]
+    batches = epoch_batches(sets, 4, seed=3, epoch=0)
+    assert [(i, r.tolist()) for i, r in batches] == [
+        (i, r.tolist()) for i, r in epoch_batches(sets, 4, seed=3, epoch=0)
+    ]
+    rows = {0: [], 1: []}
+    for index, r in batches:
+        rows[index] += r.tolist()
+    assert sorted(rows[0]) == list(range(10))
+    assert sorted(rows[1]) == list(range(7))
+    next_epoch = [(i, r.tolist()) for i, r in epoch_batches(sets, 4, seed=3, epoch=1)]
+    assert next_epoch != [(i, r.tolist()) for i, r in batches]
+
+
+SENTENCES = [
+    "a man is playing guitar",
+    "a woman is playing piano",
+    "the dog is running in park",
+    "a cat sits on mat",
+    "a child is eating food",
+    "the girl plays guitar",
+    "a boy is running",
+    "a red car in park",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-train"), layers=3, hidden=32)
+
+
+def _sets() -> tuple[list[TrainingSet], ScoredPairs]:
+    anchors = SENTENCES
+    positives = SENTENCES[1:] + SENTENCES[:1]
+    scores = np.linspace(0, 5, len(anchors))
+    scored = ScoredPairs("toy", anchors, positives, scores)
+    triples = TrainingSet("triples", anchors, anchors, positives[::-1])
+    return [TrainingSet.from_scored_pairs(scored, 0, 5), triples], scored
+
+
+def test_sentence_model_returns_every_hidden_state(tiny_model: Path) -> None:
+    model = SentenceModel.load(tiny_model, device="cpu")
+    outputs = model(SENTENCES[:3])
+    assert len(outputs) == model.num_layers + 1 == 4
+    assert all(o.shape == (3, 32) and o.requires_grad for o in outputs)
+
+
+def test_fine_tune_saves_a_loadable_best_model_and_resumes(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from demitasse.encoders import load_encoder
+
+    sets, dev = _sets()
+    config = TrainingConfig(
+        epochs=2, batch_size=4, learning_rate=1e-3, eval_steps=2, checkpoint_steps=1, seed=0
+    )
+    model = SentenceModel.load(tiny_model, device="cpu")
+    objective = EspressoLoss(AnglELoss(), model.num_layers, compress_dim=8)
+    steps = {"n": 0}
+    original_forward = objective.forward
+
+    def interrupted(layers: list[PairBatch]) -> torch.Tensor:
+        steps["n"] += 1
+        if steps["n"] == 4:
+            raise KeyboardInterrupt
+        return original_forward(layers)
+
+    objective.forward = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        fine_tune(model, objective, sets, tmp_path / "run", config, dev=dev, progress=False)
+    assert (tmp_path / "run" / "checkpoint" / "state.json").is_file()
+
+    resumed_model = SentenceModel.load(tiny_model, device="cpu")
+    resumed_objective = EspressoLoss(AnglELoss(), resumed_model.num_layers, compress_dim=8)
+    result = fine_tune(
+        resumed_model, resumed_objective, sets, tmp_path / "run", config, dev=dev, progress=False
+    )
+    # 2 epochs of (2 + 2) batches; steps 1–3 ran before the interruption, 4–8 after it.
+    assert result.steps == 8
+    assert [h["step"] for h in result.history] == [0, 2, 4, 6, 8]
+    assert result.best_score == pytest.approx(max(h["dev"] for h in result.history), abs=1e-4)
+    assert len({h["dev"] for h in result.history}) > 1  # the weights did move
+
+    # The saved best model loads both ways and scores what the loop recorded.
+    encoder = load_encoder(result.model_dir, cache=False, device="cpu")
+    st = SentenceTransformer(str(result.model_dir), device="cpu")
+    ours = encoder.encode(SENTENCES)
+    theirs = st.encode(SENTENCES, convert_to_numpy=True)
+    assert np.allclose(ours, theirs, atol=1e-5)
+    reloaded = SentenceModel(encoder)
+    assert dev_score(reloaded, dev) == pytest.approx(result.best_score, abs=1e-3)
+
+    # A finished run returns at once; a run with other settings refuses the directory.
+    again = fine_tune(
+        SentenceModel.load(tiny_model, device="cpu"),
+        EspressoLoss(AnglELoss(), 3, compress_dim=8),
+        sets,
+        tmp_path / "run",
+        config,
+        dev=dev,
+        progress=False,
+    )
+    assert again.steps == 8
+    with pytest.raises(DemitasseError, match="other settings"):
+        fine_tune(
+            SentenceModel.load(tiny_model, device="cpu"),
+            EspressoLoss(AnglELoss(), 3, compress_dim=4),
+            sets,
+            tmp_path / "run",
+            config,
+            dev=dev,
+            progress=False,
+        )
+    with pytest.raises(DemitasseError, match="other settings"):
+        fine_tune(
+            SentenceModel.load(tiny_model, device="cpu"),
+            LastLayerLoss(AnglELoss()),
+            sets,
+            tmp_path / "run",
+            TrainingConfig(epochs=1, batch_size=4),
+            dev=dev,
+            progress=False,
+        )
+
+
+def test_training_lowers_the_loss_on_a_fixed_batch(tiny_model: Path, tmp_path: Path) -> None:
+    sets, _ = _sets()
+    model = SentenceModel.load(tiny_model, device="cpu")
+    objective = LastLayerLoss(InBatchNegativesLoss())
+    from demitasse.training.trainer import _layer_batches
+
+    rows = np.arange(len(sets[1]))
+    model.eval()  # no dropout: the comparison is about the weights
+    before = float(objective(_layer_batches(model, sets[1], rows)))
+    fine_tune(
+        model,
+        objective,
+        [sets[1]],
+        tmp_path / "fit",
+        TrainingConfig(epochs=30, batch_size=8, learning_rate=1e-3, warmup_ratio=0.0),
+        progress=False,
+    )
+    model.eval()
+    after = float(objective(_layer_batches(model, sets[1], rows)))
+    assert after < 0.9 * before
+
+
+def test_training_config_rejects_bad_values() -> None:
+    with pytest.raises(DemitasseError, match="batch_size"):
+        TrainingConfig(batch_size=1)
+    with pytest.raises(DemitasseError, match="learning_rate"):
+        TrainingConfig(learning_rate=0)
+    with pytest.raises(Exception, match="positive"):
+        TrainingSet("x", ["a"], ["b"])
+
+
+# ---- export and the command line -----------------------------------------------------------
+
+
+def test_export_cuts_layers_and_dims_and_loads_in_plain_sentence_transformers(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from demitasse.encoders import load_encoder
+    from demitasse.export import export_sentence_transformer
+
+    out = export_sentence_transformer(tiny_model, tmp_path / "cut", layer=2, dim=16)
+    theirs = SentenceTransformer(str(out), device="cpu").encode(SENTENCES, convert_to_numpy=True)
+    ours = load_encoder(tiny_model, cache=False, device="cpu").encode(SENTENCES, layer=2)[:, :16]
+    assert theirs.shape == (len(SENTENCES), 16)
+    assert np.abs(theirs - ours).max() < 1e-5
+    with pytest.raises(DemitasseError, match="--layer"):
+        export_sentence_transformer(tiny_model, tmp_path / "bad", layer=9)
+    assert not (tmp_path / "bad").exists()
+
+
+def test_cli_train_then_export(
+    tiny_model: Path, tmp_path: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from demitasse.cli.main import main
+
+    run = tmp_path / "run"
+    argv = ["train", "--model", str(tiny_model), "--data", "stsb-train", "--max-steps", "2"]
+    argv += ["--data-dir", str(data_dir), "--out", str(run), "--batch-size", "4"]
+    assert main(argv) == 0
+    assert (run / "best" / "modules.json").is_file() and (run / "training.json").is_file()
+    assert main(["export", str(run / "best"), "--layer", "1", "--out", str(tmp_path / "x")]) == 0
+    assert main([*argv, "--method", "raw", "--compression", "none"]) == 2
+    assert "applies to --method ese" in capsys.readouterr().err
+    assert main(["train", "--data", "nope", "--out", str(run), "--model", str(tiny_model)]) == 2
+    assert "unknown training data" in capsys.readouterr().err
