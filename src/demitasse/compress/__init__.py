@@ -18,6 +18,7 @@ from demitasse.compress.base import (
     register_compressor,
 )
 from demitasse.compress.learned import LearnedCompressor
+from demitasse.compress.manifold import LLE, Isomap
 from demitasse.compress.mcr2 import MCR2
 from demitasse.compress.pca import PCA
 from demitasse.compress.quantize import (
@@ -35,6 +36,7 @@ from demitasse.compress.smec import SMEC, EmbeddingMemory
 from demitasse.compress.truncate import Truncate
 
 __all__ = [
+    "LLE",
     "MCR2",
     "PCA",
     "SMEC",
@@ -43,6 +45,7 @@ __all__ = [
     "EmbeddingMemory",
     "Float32Quantizer",
     "Int8Quantizer",
+    "Isomap",
     "LearnedCompressor",
     "MatryoshkaAdaptor",
     "Quantizer",

@@ -277,12 +277,12 @@ class Compressor(Params):
         self.output_dim_ = output_dim
         for name in self.scalar_state:
             setattr(self, name, learned[name])
+        self.n_fit_samples_ = n_fit_samples  # some state shapes depend on it
         expected = self._state_shapes()
         if expected is not None:
             check_state_shapes(arrays, expected, path)
         self._load_state(arrays)
         self.fit_data_ = fit_data
-        self.n_fit_samples_ = n_fit_samples
 
     # ---- helpers -----------------------------------------------------------------------------
 
