@@ -356,3 +356,74 @@ def test_export_of_the_real_model_matches_demitasse_to_1e5(tmp_path: Path) -> No
     ours = encoder.encode(SENTENCES, layer=3)[:, :128]
     assert theirs.shape == (len(SENTENCES), 128)
     assert np.abs(theirs - ours).max() < 1e-5
+
+
+# ---- pooler head (two-step training building blocks) -------------------------------------
+
+
+def test_softmax_loss_learns_nli_labels_and_needs_them() -> None:
+    from demitasse.training.pooler import SoftmaxLoss
+
+    torch.manual_seed(0)
+    u = torch.randn(30, 8)
+    labels = torch.randint(0, 3, (30,))
+    v = u + labels[:, None].float()  # the label is readable from |u − v|
+    loss = SoftmaxLoss(8)
+    optimiser = torch.optim.Adam(loss.parameters(), lr=0.05)
+    first = float(loss(PairBatch(u, v, labels=labels)).detach())
+    for _ in range(200):
+        optimiser.zero_grad()
+        loss(PairBatch(u, v, labels=labels)).backward()
+        optimiser.step()
+    assert float(loss(PairBatch(u, v, labels=labels)).detach()) < 0.2 * first
+    with pytest.raises(DemitasseError, match="labelled"):
+        loss(PairBatch(u, v))
+
+
+def test_head_loss_applies_the_head_and_the_pooler_compressor_reproduces_it(
+    tmp_path: Path,
+) -> None:
+    from demitasse.compress import Pooler, load_compressor
+    from demitasse.training.pooler import HeadLoss, PoolerHead
+
+    torch.manual_seed(0)
+    head = PoolerHead(16, 4)
+    anchors, positives = _pairs(d=16)
+    batch = PairBatch(anchors, positives)
+    seen: list[PairBatch] = []
+
+    def spy(mapped: PairBatch) -> torch.Tensor:
+        seen.append(mapped)
+        return mapped.anchors.sum()
+
+    HeadLoss(spy, head)([PairBatch(*_pairs(d=16, seed=5)), batch])
+    assert seen[0].anchors.shape == (8, 4)
+    assert torch.allclose(seen[0].anchors, head(anchors))
+    pooler = Pooler.from_head(*head.weights(), fit_data="toy")
+    pooler.save(tmp_path / "pooler")
+    loaded = load_compressor(tmp_path / "pooler")
+    expected = head(anchors).detach().numpy()
+    assert np.allclose(loaded.transform(anchors.numpy()), expected, atol=1e-6)
+    with pytest.raises(Exception, match="only produces dim 4"):
+        loaded.transform(anchors.numpy(), dim=2)
+
+
+def test_frozen_backbone_trains_only_the_head(tiny_model: Path, tmp_path: Path) -> None:
+    from demitasse.training.pooler import HeadLoss, PoolerHead
+
+    model = SentenceModel.load(tiny_model, device="cpu")
+    before = {k: v.clone() for k, v in model.backbone.state_dict().items()}
+    head = PoolerHead(model.dim, 8)
+    head_before = head.linear.weight.detach().clone()
+    simcse = TrainingSet.unlabeled("sentences", SENTENCES)
+    fine_tune(
+        model,
+        HeadLoss(InBatchNegativesLoss(), head),
+        [simcse],
+        tmp_path / "head",
+        TrainingConfig(batch_size=4, epochs=2, learning_rate=1e-2, train_backbone=False),
+        progress=False,
+    )
+    after = model.backbone.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert not torch.equal(head_before, head.linear.weight.detach())

@@ -21,6 +21,7 @@ from demitasse.compress.learned import LearnedCompressor
 from demitasse.compress.manifold import LLE, Isomap
 from demitasse.compress.mcr2 import MCR2
 from demitasse.compress.pca import PCA
+from demitasse.compress.pooler import Pooler
 from demitasse.compress.quantize import (
     BinaryQuantizer,
     Float32Quantizer,
@@ -48,6 +49,7 @@ __all__ = [
     "Isomap",
     "LearnedCompressor",
     "MatryoshkaAdaptor",
+    "Pooler",
     "Quantizer",
     "RandomProjection",
     "Truncate",

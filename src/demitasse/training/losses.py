@@ -25,19 +25,23 @@ from demitasse.errors import DemitasseError
 class PairBatch:
     """One layer's embeddings for a batch: row i of ``anchors`` pairs with row i of ``positives``.
 
-    ``negatives`` (hard negatives, row-aligned) and ``scores`` (graded similarity of each pair)
-    are optional; a batch has scores (STS-like data) or positives without scores (NLI-like).
+    ``negatives`` (hard negatives, row-aligned), ``scores`` (graded similarity of each pair)
+    and ``labels`` (class of each pair, e.g. NLI) are optional; a batch has scores (STS-like
+    data), labels, or positives without either (NLI triples, SimCSE).
     """
 
     anchors: torch.Tensor
     positives: torch.Tensor
     negatives: torch.Tensor | None = None
     scores: torch.Tensor | None = None
+    labels: torch.Tensor | None = None
 
     def prefix(self, dim: int) -> PairBatch:
         """The same batch keeping only the first ``dim`` dimensions."""
         negatives = None if self.negatives is None else self.negatives[:, :dim]
-        return PairBatch(self.anchors[:, :dim], self.positives[:, :dim], negatives, self.scores)
+        return PairBatch(
+            self.anchors[:, :dim], self.positives[:, :dim], negatives, self.scores, self.labels
+        )
 
     def all_rows(self) -> torch.Tensor:
         """Every embedding of the batch stacked: anchors, positives, then negatives."""
@@ -76,14 +80,16 @@ class CoSENTLoss:
 class InBatchNegativesLoss:
     """InfoNCE: each anchor against every positive and hard negative of the batch.
 
-    Scored batches have no designated positives, so they contribute zero.
+    Scored or labelled batches have no designated positives, so they contribute zero. With the
+    sentence itself as its positive and dropout on, this is unsupervised SimCSE (scale 20 is
+    SimCSE's temperature 0.05).
     """
 
     def __init__(self, scale: float = 20.0) -> None:
         self.scale = scale
 
     def __call__(self, batch: PairBatch) -> torch.Tensor:
-        if batch.scores is not None:
+        if batch.scores is not None or batch.labels is not None:
             return batch.anchors.sum() * 0.0
         candidates = batch.positives
         if batch.negatives is not None:

@@ -31,7 +31,7 @@ import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 from tqdm.auto import tqdm
 
-from demitasse.data.nli import Triples
+from demitasse.data.nli import NLI_LABELS, NLIPairs, Triples
 from demitasse.data.pairs import ScoredPairs
 from demitasse.errors import DataError, DemitasseError
 from demitasse.evaluation.sts import spearman_x100
@@ -42,9 +42,9 @@ from demitasse.training.model import SentenceModel
 
 @dataclass(frozen=True, eq=False)
 class TrainingSet:
-    """Training examples of one kind: (anchor, positive[, negative]) or graded pairs.
+    """Training examples of one kind: (anchor, positive[, negative]), graded or labelled pairs.
 
-    Every batch comes from one set, so a batch is either scored or not.
+    Every batch comes from one set, so a batch is scored, labelled or neither.
     """
 
     name: str
@@ -52,6 +52,7 @@ class TrainingSet:
     positives: list[str]
     negatives: list[str] | None = None
     scores: np.ndarray | None = None
+    labels: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.anchors)
@@ -61,6 +62,8 @@ class TrainingSet:
             raise DataError(f"{self.name}: {len(self.negatives)} negatives for {n} anchors")
         if self.scores is not None and len(self.scores) != n:
             raise DataError(f"{self.name}: {len(self.scores)} scores for {n} pairs")
+        if self.labels is not None and len(self.labels) != n:
+            raise DataError(f"{self.name}: {len(self.labels)} labels for {n} pairs")
 
     def __len__(self) -> int:
         return len(self.anchors)
@@ -74,6 +77,17 @@ class TrainingSet:
     @classmethod
     def from_triples(cls, name: str, triples: Triples) -> TrainingSet:
         return cls(name, triples.anchors, triples.positives, triples.negatives)
+
+    @classmethod
+    def from_nli(cls, name: str, pairs: NLIPairs) -> TrainingSet:
+        """Premise–hypothesis pairs with label indices in ``NLI_LABELS`` order."""
+        labels = np.array([NLI_LABELS.index(label) for label in pairs.labels], dtype=np.int64)
+        return cls(name, pairs.premises, pairs.hypotheses, labels=labels)
+
+    @classmethod
+    def unlabeled(cls, name: str, texts: list[str]) -> TrainingSet:
+        """Each sentence paired with itself: unsupervised SimCSE (dropout makes two views)."""
+        return cls(name, list(texts), list(texts))
 
 
 @dataclass(frozen=True)
@@ -91,6 +105,8 @@ class TrainingConfig:
     patience: int | None = 5
     checkpoint_steps: int = 100
     seed: int = 0
+    #: False trains only the objective's own parameters (e.g. a pooler head): encoder frozen.
+    train_backbone: bool = True
 
     def __post_init__(self) -> None:
         positive = ("epochs", "batch_size", "eval_steps", "checkpoint_steps")
@@ -144,14 +160,16 @@ def _layer_batches(
     texts = [training_set.anchors[i] for i in rows] + [training_set.positives[i] for i in rows]
     if training_set.negatives is not None:
         texts += [training_set.negatives[i] for i in rows]
-    scores = None
+    scores = labels = None
     if training_set.scores is not None:
         scores = torch.as_tensor(training_set.scores[rows], device=model.device)
+    if training_set.labels is not None:
+        labels = torch.as_tensor(training_set.labels[rows], device=model.device)
     n = len(rows)
     layers = []
     for pooled in model(texts):
         negatives = pooled[2 * n :] if training_set.negatives is not None else None
-        layers.append(PairBatch(pooled[:n], pooled[n : 2 * n], negatives, scores))
+        layers.append(PairBatch(pooled[:n], pooled[n : 2 * n], negatives, scores, labels))
     return layers
 
 
@@ -259,15 +277,20 @@ def fine_tune(
     model.train()
     objective.to(model.device)
     decay, no_decay = [], []
-    for name, parameter in model.backbone.named_parameters():
-        (no_decay if parameter.ndim < 2 or "LayerNorm" in name else decay).append(parameter)
+    model.backbone.requires_grad_(config.train_backbone)
+    if config.train_backbone:
+        for name, parameter in model.backbone.named_parameters():
+            (no_decay if parameter.ndim < 2 or "LayerNorm" in name else decay).append(parameter)
+    for parameter in objective.parameters():
+        if parameter.requires_grad:  # heads and classifiers: decay their matrices too
+            (decay if parameter.ndim >= 2 else no_decay).append(parameter)
     groups = [
         {"params": decay, "weight_decay": config.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    loss_parameters = [p for p in objective.parameters() if p.requires_grad]
-    if loss_parameters:
-        groups.append({"params": loss_parameters, "weight_decay": 0.0})
+    groups = [g for g in groups if g["params"]]
+    if not groups:
+        raise DemitasseError("training: nothing to train (frozen backbone, no loss parameters)")
     optimiser = torch.optim.AdamW(groups, lr=config.learning_rate)
 
     per_epoch = len(epoch_batches(train_sets, config.batch_size, config.seed, 0))
@@ -284,7 +307,7 @@ def fine_tune(
     checkpoint = _Checkpoint(output_dir / "checkpoint")
     if checkpoint.exists():
         saved = json.loads((checkpoint.directory / "state.json").read_text(encoding="utf-8"))
-        if saved.get("signature") != signature:
+        if not _same_run(saved.get("signature"), signature):
             raise DemitasseError(
                 f"{checkpoint.directory} belongs to a run with other settings; "
                 "use another output directory or delete it"
@@ -367,6 +390,15 @@ def fine_tune(
         },
     )
     return _result(output_dir, state)
+
+
+def _same_run(saved: Any, current: dict[str, Any]) -> bool:
+    """Whether a checkpoint's signature matches; config fields it predates count as defaults."""
+    if not isinstance(saved, dict) or not isinstance(saved.get("config"), dict):
+        return False
+    defaults = dataclasses.asdict(TrainingConfig())
+    saved = {**saved, "config": {**defaults, **saved["config"]}}
+    return saved == current
 
 
 def _result(output_dir: Path, state: dict[str, Any]) -> TrainingResult:
