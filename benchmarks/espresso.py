@@ -102,6 +102,13 @@ def main() -> int:
     parser.add_argument("--eval-steps", type=int, default=100)
     parser.add_argument("--ablation-steps", type=int, default=150)
     parser.add_argument("--no-ablations", action="store_true")
+    parser.add_argument(
+        "--train-only",
+        choices=("main", "ablations"),
+        default=None,
+        help="train that group of runs and exit (run the two groups in parallel processes, "
+        "then the script without this option evaluates the finished runs)",
+    )
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--runs-dir", default=None, help="default: <cache>/runs/espresso")
     parser.add_argument("--results-name", default="espresso")
@@ -114,8 +121,10 @@ def main() -> int:
     sets = load_training_sets(args.data.split(","), args.data_dir)
     dev = load_stsb("dev", args.data_dir)
     log("training sets: " + ", ".join(f"{s.name} {len(s)}" for s in sets))
-    plans = [(name, method, options, None) for name, (method, options) in MAIN.items()]
-    if not args.no_ablations:
+    plans = []
+    if args.train_only in (None, "main"):
+        plans += [(name, method, options, None) for name, (method, options) in MAIN.items()]
+    if not args.no_ablations and args.train_only in (None, "ablations"):
         plans += [(n, m, o, args.ablation_steps) for n, (m, o) in ABLATIONS.items()]
 
     trained: dict[str, tuple[Path, float | None, int, float]] = {}
@@ -136,6 +145,8 @@ def main() -> int:
         trained[name] = (result.model_dir, result.best_score, result.steps, result.seconds)
         log(f"{name}: STS-B dev {result.best_score:.2f} after {result.steps} steps")
         del model, objective
+    if args.train_only:
+        return 0
 
     base_name = load_encoder(args.model, cache=False).name
     records = sts_grid(args.model, base_name, args.data_dir)
