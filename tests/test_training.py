@@ -427,3 +427,36 @@ def test_frozen_backbone_trains_only_the_head(tiny_model: Path, tmp_path: Path) 
     after = model.backbone.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert not torch.equal(head_before, head.linear.weight.detach())
+
+
+def test_two_step_selects_an_encoder_and_trains_only_the_target_pooler(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    from safetensors.torch import load_file
+
+    from demitasse.compress import load_compressor
+    from demitasse.training.two_step import pooler_swap_matrix, two_step
+
+    _, dev = _sets()
+    simcse = [TrainingSet.unlabeled("sentences", SENTENCES)]
+    config = TrainingConfig(epochs=2, batch_size=4, learning_rate=1e-3, eval_steps=2)
+    result = two_step(
+        tiny_model, [4], [8], simcse, tmp_path / "runs", dev, config=config, progress=False
+    )
+    assert set(result.end_to_end) == {4, 8}
+    assert result.encoder_dim in (4, 8)
+    assert result.encoder_scores[result.encoder_dim] == max(result.encoder_scores.values())
+    step2 = result.two_step[4]
+    chosen = result.end_to_end[result.encoder_dim]
+    # Step 2 never touched the encoder: its weights are encoder_opt's, bit for bit.
+    ours = load_file(str(step2 / "model.safetensors"))
+    theirs = load_file(str(chosen / "model.safetensors"))
+    assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
+    assert load_compressor(step2 / "pooler").output_dim_ == 4
+    # Asking again trains nothing new and gives the same directories.
+    again = two_step(
+        tiny_model, [4], [8], simcse, tmp_path / "runs", dev, config=config, progress=False
+    )
+    assert again.two_step == result.two_step
+    matrix = pooler_swap_matrix(result.end_to_end, result.end_to_end, dev)
+    assert matrix.shape == (2, 2) and np.isfinite(matrix).all()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -181,6 +182,14 @@ class ModelLoss(torch.nn.Module):
 
     def forward(self, layers: Sequence[PairBatch]) -> torch.Tensor:
         raise NotImplementedError
+
+    def embed(self, last: torch.Tensor) -> torch.Tensor:
+        """The sentence embedding this objective trains, from the last layer's pooled output
+        (the output itself; a pooler head maps it)."""
+        return last
+
+    def save_artifacts(self, directory: Path) -> None:
+        """Write what the objective learned besides the encoder (nothing by default)."""
 
     def describe(self) -> dict[str, object]:
         """Class and scalar settings (base loss included): what a checkpoint must match."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -42,8 +43,11 @@ class SentenceModel(torch.nn.Module):
         mask = features["attention_mask"]
         return [pool(states, mask, self.encoder.pooling) for states in hidden]
 
-    def save(self, directory: str | Path) -> Path:
-        """Write the model as a sentence-transformers directory, atomically."""
+    def save(self, directory: str | Path, artifacts: Callable[[Path], None] | None = None) -> Path:
+        """Write the model as a sentence-transformers directory, atomically; ``artifacts``
+        adds files (e.g. a trained pooler) to it before it takes the final name."""
         with atomic_directory(directory) as tmp:
             self.encoder.sentence_transformer.save(str(tmp))
+            if artifacts is not None:
+                artifacts(tmp)
         return Path(directory)

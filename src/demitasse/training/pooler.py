@@ -11,6 +11,7 @@ the head with ``TrainingConfig(train_backbone=False)``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -20,6 +21,8 @@ from demitasse.errors import DemitasseError
 from demitasse.training.losses import BaseLoss, ModelLoss, PairBatch
 
 ACTIVATIONS = ("tanh", "identity")
+#: Where a trained model directory keeps its pooler head (a Pooler compressor).
+POOLER_DIR = "pooler"
 
 
 class PoolerHead(torch.nn.Module):
@@ -73,6 +76,18 @@ class HeadLoss(ModelLoss):
         super().__init__()
         self.base = base
         self.head = head
+
+    def embed(self, last: torch.Tensor) -> torch.Tensor:
+        return self.head(last)
+
+    def save_artifacts(self, directory: Path) -> None:
+        """The head as a :class:`~demitasse.compress.Pooler` compressor in ``directory/pooler``."""
+        from demitasse.compress.pooler import Pooler
+
+        weight, bias = self.head.weights()
+        Pooler.from_head(
+            weight, bias, self.head.activation, self.head.normalize_input, fit_data="training"
+        ).save(directory / POOLER_DIR)
 
     def forward(self, layers: Sequence[PairBatch]) -> torch.Tensor:
         last = layers[-1]

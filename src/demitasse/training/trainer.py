@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,8 +178,10 @@ def dev_score(
     dev: ScoredPairs,
     layers: Sequence[int] | None = None,
     batch_size: int = 64,
+    head: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> float:
-    """Mean Spearman ×100 of cosine on ``dev`` over hidden-state ``layers`` (default: last)."""
+    """Mean Spearman ×100 of cosine on ``dev`` over hidden-state ``layers`` (default: last),
+    through ``head`` (e.g. a pooler) when given."""
     layers = [model.num_layers] if layers is None else list(layers)
     texts = list(dict.fromkeys(dev.sentences1 + dev.sentences2))
     was_training = model.training
@@ -189,7 +191,8 @@ def dev_score(
         for start in range(0, len(texts), batch_size):
             outputs = model(texts[start : start + batch_size])
             for layer in layers:
-                pooled[layer].append(torch.nn.functional.normalize(outputs[layer].float(), dim=1))
+                vectors = outputs[layer] if head is None else head(outputs[layer])
+                pooled[layer].append(torch.nn.functional.normalize(vectors.float(), dim=1))
     model.train(was_training)
     row = {text: i for i, text in enumerate(texts)}
     left = [row[t] for t in dev.sentences1]
@@ -321,11 +324,11 @@ def fine_tune(
         """Evaluate on dev, keep the best model; True when training should stop early."""
         if dev is None or (state["history"] and state["history"][-1]["step"] == state["step"]):
             return False
-        score = dev_score(model, dev, dev_layers)
+        score = dev_score(model, dev, dev_layers, head=objective.embed)
         state["history"].append({"step": state["step"], "dev": round(score, 4)})
         if state["best"] is None or score > state["best"]:
             state["best"], state["stale"] = score, 0
-            model.save(best_dir)
+            model.save(best_dir, objective.save_artifacts)
         else:
             state["stale"] += 1
         bar.set_postfix(dev=f"{score:.2f}", best=f"{state['best']:.2f}")
@@ -375,7 +378,7 @@ def fine_tune(
             save_checkpoint()
     bar.close()
     if dev is None:
-        model.save(best_dir)
+        model.save(best_dir, objective.save_artifacts)
     state["seconds"] = time.perf_counter() - started
     state["finished"] = True
     save_checkpoint()
