@@ -279,7 +279,8 @@ def test_training_lowers_the_loss_on_a_fixed_batch(tiny_model: Path, tmp_path: P
 
     rows = np.arange(len(sets[1]))
     model.eval()  # no dropout: the comparison is about the weights
-    before = float(objective(_layer_batches(model, sets[1], rows)))
+    with torch.no_grad():
+        before = float(objective(_layer_batches(model, sets[1], rows)))
     fine_tune(
         model,
         objective,
@@ -289,7 +290,8 @@ def test_training_lowers_the_loss_on_a_fixed_batch(tiny_model: Path, tmp_path: P
         progress=False,
     )
     model.eval()
-    after = float(objective(_layer_batches(model, sets[1], rows)))
+    with torch.no_grad():
+        after = float(objective(_layer_batches(model, sets[1], rows)))
     assert after < 0.9 * before
 
 
