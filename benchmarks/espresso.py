@@ -109,6 +109,13 @@ def main() -> int:
         help="train that group of runs and exit (run the two groups in parallel processes, "
         "then the script without this option evaluates the finished runs)",
     )
+    parser.add_argument(
+        "--select",
+        choices=("last", "best"),
+        default="last",
+        help="evaluate the final model of each run (fixed budget) or its best STS-B dev "
+        "checkpoint (last layer, full width, the starting model included)",
+    )
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--runs-dir", default=None, help="default: <cache>/runs/espresso")
     parser.add_argument("--results-name", default="espresso")
@@ -142,7 +149,8 @@ def main() -> int:
         result = fine_tune(
             model, objective, sets, runs / slug(name), config, dev=dev, description=name
         )
-        trained[name] = (result.model_dir, result.best_score, result.steps, result.seconds)
+        chosen = result.last_dir if args.select == "last" else result.model_dir
+        trained[name] = (chosen, result.best_score, result.steps, result.seconds)
         log(f"{name}: STS-B dev {result.best_score:.2f} after {result.steps} steps")
         del model, objective
     if args.train_only:
@@ -209,8 +217,15 @@ def main() -> int:
         + ", ".join(f"{s.name} {len(s)}" for s in sets)
         + f"); AnglE loss (CoSENT + in-batch negatives + angle, weights 1, scale 20); AdamW "
         f"lr {args.lr:g}, batch {args.batch_size}, {args.epochs} epoch(s), 10 % warm-up, "
-        "clipping 1.0; the checkpoint with the best STS-B dev score (last layer, full width) "
-        "is kept. MRL dims 384/256/128/64/32/16/8. ESE: alpha = beta = 1, k = 128, "
+        "clipping 1.0, linear decay. "
+        + (
+            "Each run is evaluated at the end of its budget (STS-B dev is logged every "
+            f"{args.eval_steps} steps but selects nothing: on the last layer alone it would "
+            "keep the untrained model for every ESE run). "
+            if args.select == "last"
+            else "Each run is evaluated at its best STS-B dev checkpoint (last layer). "
+        )
+        + "MRL dims 384/256/128/64/32/16/8. ESE: alpha = beta = 1, k = 128, "
         "w_i = 1/(1+ln i), compression by PCA of the dependency matrix (paper defaults).",
         "",
         "Targets:",
@@ -227,9 +242,10 @@ def main() -> int:
         "",
         markdown_table(["model", "layer", str(full), *map(str, DIMS)], grid_rows),
         "",
-        "Training runs (steps, best STS-B dev, seconds on this machine):",
+        "Training runs (steps, best STS-B dev seen at an evaluation, seconds on this machine; "
+        "the main runs and the ablations trained in two parallel processes, 1 thread each):",
         "",
-        markdown_table(["run", "steps", "STS-B dev", "seconds"], train_rows),
+        markdown_table(["run", "steps", "best STS-B dev", "seconds"], train_rows),
         "",
     ]
     if not args.no_ablations:

@@ -217,6 +217,7 @@ def test_fine_tune_saves_a_loadable_best_model_and_resumes(
     with pytest.raises(KeyboardInterrupt):
         fine_tune(model, objective, sets, tmp_path / "run", config, dev=dev, progress=False)
     assert (tmp_path / "run" / "checkpoint" / "state.json").is_file()
+    assert not (tmp_path / "run" / "last").exists()
 
     resumed_model = SentenceModel.load(tiny_model, device="cpu")
     resumed_objective = EspressoLoss(AnglELoss(), resumed_model.num_layers, compress_dim=8)
@@ -225,6 +226,7 @@ def test_fine_tune_saves_a_loadable_best_model_and_resumes(
     )
     # 2 epochs of (2 + 2) batches; steps 1–3 ran before the interruption, 4–8 after it.
     assert result.steps == 8
+    assert (result.last_dir / "modules.json").is_file()
     assert [h["step"] for h in result.history] == [0, 2, 4, 6, 8]
     assert result.best_score == pytest.approx(max(h["dev"] for h in result.history), abs=1e-4)
     assert len({h["dev"] for h in result.history}) > 1  # the weights did move

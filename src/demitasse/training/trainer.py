@@ -10,6 +10,7 @@ Layout of ``output_dir``::
 
     checkpoint/   backbone.safetensors, optimizer.safetensors, loss.safetensors, state.json
     best/         the sentence-transformers model with the best dev score (the result)
+    last/         the model at the end of training (fixed-budget comparisons)
     training.json the configuration, dev scores per evaluation, steps and seconds
 
 A resumed run replays the same batch order (it is a function of the seed and the epoch) and
@@ -127,7 +128,11 @@ class TrainingConfig:
 
 @dataclass
 class TrainingResult:
+    """``model_dir``: the best dev checkpoint (the final model without dev); ``last_dir``: the
+    final model, for comparisons at a fixed budget."""
+
     model_dir: Path
+    last_dir: Path
     best_score: float | None
     steps: int
     seconds: float
@@ -317,6 +322,8 @@ def fine_tune(
             )
         state = checkpoint.load(model, objective, optimiser)
     if state.get("finished"):
+        if not (output_dir / "last").is_dir():  # runs finished before last/ was kept
+            model.save(output_dir / "last", objective.save_artifacts)
         return _result(output_dir, state)
     best_dir = output_dir / "best"
 
@@ -377,6 +384,7 @@ def fine_tune(
             stop = evaluate_and_keep()
             save_checkpoint()
     bar.close()
+    model.save(output_dir / "last", objective.save_artifacts)
     if dev is None:
         model.save(best_dir, objective.save_artifacts)
     state["seconds"] = time.perf_counter() - started
@@ -407,6 +415,7 @@ def _same_run(saved: Any, current: dict[str, Any]) -> bool:
 def _result(output_dir: Path, state: dict[str, Any]) -> TrainingResult:
     return TrainingResult(
         model_dir=output_dir / "best",
+        last_dir=output_dir / "last",
         best_score=state["best"],
         steps=state["step"],
         seconds=state["seconds"],
