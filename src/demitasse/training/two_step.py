@@ -94,40 +94,36 @@ def two_step(
     out_dir = Path(out_dir)
     config = config or TrainingConfig()
     pooler_config = dataclasses.replace(pooler_config or config, train_backbone=False)
+
+    def train(
+        start: str | Path, dim: int, init: Path | None, run: str, settings: TrainingConfig
+    ) -> Path:
+        """One encoder + pooler_dim run from ``start``; the head starts from ``init``'s."""
+        network = SentenceModel.load(start)
+        loss = pooler_objective(objective, network.dim, dim, activation, network.encoder.normalize)
+        if init is not None:
+            load_head(loss.head, init)
+        return fine_tune(
+            network,
+            loss,
+            train_sets,
+            out_dir / run,
+            settings,
+            dev=dev,
+            progress=progress,
+            description=run,
+        ).model_dir
+
     end_to_end: dict[int, Path] = {}
     scores: dict[int, float] = {}
     for dim in sorted({*target_dims, *candidate_dims}, reverse=True):
-        network = SentenceModel.load(model)
-        loss = pooler_objective(objective, network.dim, dim, activation, network.encoder.normalize)
-        result = fine_tune(
-            network,
-            loss,
-            train_sets,
-            out_dir / "end-to-end" / f"d{dim}",
-            config,
-            dev=dev,
-            progress=progress,
-            description=f"end-to-end d={dim}",
-        )
-        end_to_end[dim] = result.model_dir
-        scores[dim] = encoder_dev_score(result.model_dir, dev)
+        end_to_end[dim] = train(model, dim, None, f"end-to-end/d{dim}", config)
+        scores[dim] = encoder_dev_score(end_to_end[dim], dev)
     best = max(scores, key=lambda d: (scores[d], d))
-    two: dict[int, Path] = {}
-    for dim in target_dims:
-        network = SentenceModel.load(end_to_end[best])
-        loss = pooler_objective(objective, network.dim, dim, activation, network.encoder.normalize)
-        load_head(loss.head, end_to_end[dim])
-        result = fine_tune(
-            network,
-            loss,
-            train_sets,
-            out_dir / "two-step" / f"d{dim}",
-            pooler_config,
-            dev=dev,
-            progress=progress,
-            description=f"pooler d={dim} on encoder d={best}",
-        )
-        two[dim] = result.model_dir
+    two = {
+        dim: train(end_to_end[best], dim, end_to_end[dim], f"two-step/d{dim}", pooler_config)
+        for dim in target_dims
+    }
     return TwoStepResult(end_to_end, scores, best, two)
 
 
