@@ -101,6 +101,13 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=2e-5)
     parser.add_argument("--eval-steps", type=int, default=100)
     parser.add_argument("--ablation-steps", type=int, default=150)
+    parser.add_argument(
+        "--patience",
+        type=int,
+        default=5,
+        help="early stopping after this many dev evaluations without a new best (0: off, "
+        "which a fixed-budget comparison wants; 5 is what the recorded run used)",
+    )
     parser.add_argument("--no-ablations", action="store_true")
     parser.add_argument(
         "--train-only",
@@ -142,6 +149,7 @@ def main() -> int:
             learning_rate=args.lr,
             eval_steps=args.eval_steps,
             max_steps=max_steps,
+            patience=args.patience or None,
         )
         model = SentenceModel.load(args.model)
         objective = make_objective(method, model.num_layers, model.dim, **options)
