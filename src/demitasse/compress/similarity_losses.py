@@ -93,9 +93,14 @@ def cosent_loss(
     left: torch.Tensor, right: torch.Tensor, scores: torch.Tensor, scale: float = 20.0
 ) -> torch.Tensor:
     """CoSENT: log(1 + Σ exp(scale · (cos_j − cos_i))) over pairs with score_i > score_j."""
-    cos = F.cosine_similarity(left, right, dim=-1) * scale
-    gaps = cos.unsqueeze(0) - cos.unsqueeze(1)  # [i, j] = cos_j − cos_i
-    better = scores.unsqueeze(1) > scores.unsqueeze(0)
+    return pairwise_ranking_loss(F.cosine_similarity(left, right, dim=-1) * scale, scores)
+
+
+def pairwise_ranking_loss(predicted: torch.Tensor, grades: torch.Tensor) -> torch.Tensor:
+    """log(1 + Σ exp(p_j − p_i)) over pairs with grade_i > grade_j: higher grades should get
+    higher ``predicted`` values (CoSENT on scaled cosines, AnglE on negated angle distances)."""
+    gaps = predicted.unsqueeze(0) - predicted.unsqueeze(1)  # [i, j] = p_j − p_i
+    better = grades.unsqueeze(1) > grades.unsqueeze(0)
     gaps = gaps.masked_fill(~better, float("-inf"))
     zero = torch.zeros(1, dtype=gaps.dtype, device=gaps.device)
     return torch.logsumexp(torch.cat([zero, gaps.flatten()]), dim=0)

@@ -18,7 +18,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F  # noqa: N812  (torch convention)
 
-from demitasse.compress.similarity_losses import cosent_loss
+from demitasse.compress.similarity_losses import cosent_loss, pairwise_ranking_loss
 from demitasse.errors import DemitasseError
 
 
@@ -123,12 +123,7 @@ class AngleLoss:
 
     def __call__(self, batch: PairBatch) -> torch.Tensor:
         left, right, grades = batch.graded_pairs()
-        distance = angle_distance(left, right) * self.scale
-        gaps = distance.unsqueeze(1) - distance.unsqueeze(0)  # [i, j] = d_i − d_j
-        better = grades.unsqueeze(1) > grades.unsqueeze(0)
-        gaps = gaps.masked_fill(~better, float("-inf"))
-        zero = torch.zeros(1, dtype=gaps.dtype, device=gaps.device)
-        return torch.logsumexp(torch.cat([zero, gaps.flatten()]), dim=0)
+        return pairwise_ranking_loss(-self.scale * angle_distance(left, right), grades)
 
 
 class AnglELoss:
