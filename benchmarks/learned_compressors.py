@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -26,17 +25,17 @@ from typing import Any
 
 import numpy as np
 
-from demitasse.compress import Compressor, make_compressor, make_quantizer
+from demitasse.compress import Compressor, make_compressor
 from demitasse.compress.adaptor import MatryoshkaAdaptor
 from demitasse.compress.smec import SMEC
-from demitasse.data import load_sickr, load_sts_suite, load_stsb, read_texts, resolve_data_dir
+from demitasse.data import load_sickr, load_sts_suite, load_stsb, load_unlabeled, resolve_data_dir
 from demitasse.data.beir import load_beir
 from demitasse.encoders import load_encoder
 from demitasse.evaluation import (
-    EmbeddedTexts,
     ResultRecord,
     STSTask,
     Task,
+    evaluate_vectors,
     machine_description,
     write_records,
 )
@@ -72,35 +71,18 @@ def scifact_training(data_dir: Path) -> tuple[list[str], list[str], list[str], l
     return train.corpus_texts + train.query_texts, queries, documents, grades
 
 
-def unlabeled_sentences(data_dir: Path, n: int, seed: int, exclude: set[str]) -> list[str]:
-    """``n`` distinct sentences (>= 3 words) from unlabeled/en, none of them in ``exclude``."""
-    texts: list[str] = []
-    for path in sorted((data_dir / "unlabeled" / "en").glob("*.txt.gz")):
-        texts.extend(read_texts(path))
-    pool = [t for t in dict.fromkeys(texts) if t not in exclude and len(t.split()) >= 3]
-    random.Random(seed).shuffle(pool)
-    return pool[:n]
-
-
 def evaluate(
     model: str, method: str, setting: str, fit_data: str | None, compressor: Compressor | None,
     vectors: np.ndarray, texts: list[str], tasks: Sequence[tuple[Task, Sequence[int]]],
 ) -> list[ResultRecord]:  # fmt: skip
     records = []
-    quantizer = make_quantizer("float32")
     for task, dims in tasks:
         for dim in dims:
             reduced = vectors if compressor is None else compressor.transform(vectors, dim=dim)
-            embedded = EmbeddedTexts(texts, quantizer.quantize(reduced), quantizer, dim)
-            for score in task.evaluate(embedded):
-                records.append(
-                    ResultRecord(
-                        model=model, layer=None, method=method, dim=dim, precision="float32",
-                        task=task.name, dataset=score.dataset, metric=score.metric,
-                        score=score.score, bytes_per_vector=4 * dim, fit_data=fit_data,
-                        extra={**score.extra, "setting": setting},
-                    )
-                )  # fmt: skip
+            records += evaluate_vectors(
+                reduced, texts, [task], model=model, method=method, fit_data=fit_data,
+                extra={"setting": setting},
+            )  # fmt: skip
     return records
 
 
@@ -151,7 +133,7 @@ def main() -> int:
 
     stsb_train, sick_train = load_stsb("train", data_dir), load_sickr("train", data_dir)
     exclude = set(texts) | set(load_stsb("dev", data_dir).texts())
-    unlabeled = unlabeled_sentences(data_dir, args.n_unlabeled, args.seed, exclude)
+    unlabeled = load_unlabeled(data_dir, args.n_unlabeled, args.seed, exclude)
     log(f"encoding {len(unlabeled)} unlabeled sentences (cached after the first run)")
     X_unlabeled = encoder.encode(unlabeled)
     labelled = list(dict.fromkeys(stsb_train.texts() + sick_train.texts()))

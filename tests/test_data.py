@@ -683,3 +683,24 @@ def test_hub_offline(monkeypatch: pytest.MonkeyPatch, error: str) -> None:
         "cannot download mteb/sts12-sts from the Hugging Face hub (offline?): "
         "use --data-dir with the SentEval files instead"
     )
+
+
+def test_unlabeled_sentences_are_distinct_long_enough_unexcluded_and_seeded(
+    tmp_path: Path,
+) -> None:
+    from demitasse.data import load_unlabeled
+
+    folder = tmp_path / "unlabeled" / "en"
+    folder.mkdir(parents=True)
+    lines = [f"sentence number {i} here" for i in range(40)]
+    lines += ["too short", "sentence number 3 here"]
+    with gzip.open(folder / "a.txt.gz", "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+    every = load_unlabeled(tmp_path)
+    assert sorted(every) == sorted(f"sentence number {i} here" for i in range(40))
+    picked = load_unlabeled(tmp_path, n=10, seed=1, exclude={"sentence number 5 here"})
+    assert len(picked) == 10 and "sentence number 5 here" not in picked
+    assert picked == load_unlabeled(tmp_path, n=10, seed=1, exclude={"sentence number 5 here"})
+    assert picked != load_unlabeled(tmp_path, n=10, seed=2)
+    with pytest.raises(DataError, match="no unlabeled corpora"):
+        load_unlabeled(tmp_path / "unlabeled")

@@ -156,3 +156,24 @@ def test_reading_bad_results_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "results.json").write_text('[{"model": "m"}]')
     with pytest.raises(DataError, match="lacks"):
         read_records(tmp_path)
+
+
+def test_evaluate_vectors_scores_outside_vectors_like_the_grid() -> None:
+    from demitasse.evaluation.grid import evaluate_vectors
+
+    task = STSTask({"A": _pairs("A", 30, 0), "B": _pairs("B", 30, 1)})
+    texts = task.texts()
+    encoder = FakeEncoder(dim=16)
+    vectors = encoder.encode(texts)
+    records = evaluate_vectors(vectors, texts, [task], model="m", method="head", fit_data="x")
+    grid = evaluate_grid(
+        encoder, [task], specs=parse_compressor_specs("none"), dims=[16], layers=[2]
+    )
+    assert [r.dataset for r in records] == ["A", "B", "avg"]
+    assert {r.dataset: r.score for r in records} == pytest.approx(
+        {r.dataset: r.score for r in grid}
+    )
+    assert all(
+        (r.model, r.method, r.dim, r.bytes_per_vector, r.fit_data) == ("m", "head", 16, 64, "x")
+        for r in records
+    )

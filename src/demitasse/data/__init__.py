@@ -35,6 +35,7 @@ from demitasse.data.sts import (
     load_sts_suite,
     load_stsb,
 )
+from demitasse.data.unlabeled import load_unlabeled
 
 __all__ = [
     "CLASSIFICATION_SUITE",
@@ -73,6 +74,7 @@ __all__ = [
     "load_sts_suite",
     "load_stsb",
     "load_trec",
+    "load_unlabeled",
     "nli_triples",
     "read_texts",
     "resolve_data_dir",

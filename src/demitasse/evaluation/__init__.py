@@ -7,7 +7,13 @@ from demitasse.evaluation.efficiency import (
     measure_encode_throughput,
     measure_transform_throughput,
 )
-from demitasse.evaluation.grid import CompressorSpec, evaluate_grid, parse_compressor_specs
+from demitasse.evaluation.grid import (
+    CompressorSpec,
+    evaluate_grid,
+    evaluate_vectors,
+    parse_compressor_specs,
+    score_embedded,
+)
 from demitasse.evaluation.ranking_metrics import evaluate_run
 from demitasse.evaluation.records import (
     ResultRecord,
@@ -39,6 +45,7 @@ __all__ = [
     "cluster_accuracy",
     "evaluate_grid",
     "evaluate_run",
+    "evaluate_vectors",
     "exact_search",
     "kmeans_cluster",
     "machine_description",
@@ -46,6 +53,7 @@ __all__ = [
     "measure_transform_throughput",
     "parse_compressor_specs",
     "read_records",
+    "score_embedded",
     "spearman_x100",
     "with_average",
     "write_records",

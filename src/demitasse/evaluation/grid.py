@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -169,22 +170,56 @@ def evaluate_grid(
                         "bytes_per_vector": quantizer.bytes_per_vector(dim),
                         "fit_data": fit_data if (compressor or precision != "float32") else None,
                     }
-                    for task in tasks:
-                        for score in task.evaluate(embedded):
-                            records.append(
-                                ResultRecord(
-                                    task=task.name,
-                                    dataset=score.dataset,
-                                    metric=score.metric,
-                                    score=score.score,
-                                    extra=score.extra,
-                                    **common,
-                                )
-                            )
-                            log(_summary_line(records[-1]))
+                    for record in score_embedded(embedded, tasks, **common):
+                        records.append(record)
+                        log(_summary_line(record))
                     bar.update()
     bar.close()
     return records
+
+
+def score_embedded(
+    embedded: EmbeddedTexts,
+    tasks: Sequence[Task],
+    extra: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> list[ResultRecord]:
+    """One record per score of every task on ``embedded``; ``fields`` fill the rest of each
+    record (model, layer, method, dim, precision, bytes_per_vector, fit_data)."""
+    return [
+        ResultRecord(
+            task=task.name,
+            dataset=score.dataset,
+            metric=score.metric,
+            score=score.score,
+            extra={**score.extra, **(extra or {})},
+            **fields,
+        )
+        for task in tasks
+        for score in task.evaluate(embedded)
+    ]
+
+
+def evaluate_vectors(
+    vectors: np.ndarray,
+    texts: Sequence[str],
+    tasks: Sequence[Task],
+    *,
+    model: str,
+    method: str,
+    layer: int | None = None,
+    fit_data: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> list[ResultRecord]:
+    """Score float32 ``vectors`` (row i embeds ``texts[i]``) on every task: for vectors made
+    outside :func:`evaluate_grid`, e.g. by a trained model with its own head."""
+    quantizer = make_quantizer("float32")
+    dim = vectors.shape[1]
+    embedded = EmbeddedTexts(list(texts), quantizer.quantize(vectors), quantizer, dim)
+    return score_embedded(
+        embedded, tasks, extra, model=model, layer=layer, method=method, dim=dim,
+        precision="float32", bytes_per_vector=quantizer.bytes_per_vector(dim), fit_data=fit_data,
+    )  # fmt: skip
 
 
 def _apply(compressor: object, vectors: np.ndarray, dim: int) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 from dataclasses import asdict, dataclass, field, fields
 from functools import cache
 from pathlib import Path
@@ -62,7 +63,11 @@ def machine_description() -> str:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     threads = os.environ.get("OMP_NUM_THREADS") or str(cores)
-    return f"{cpu}, {cores} cores, {threads} threads, {platform.system()} {platform.machine()}"
+    described = f"{cpu}, {cores} cores, {threads} threads, {platform.system()} {platform.machine()}"
+    torch = sys.modules.get("torch")  # only a process that already uses torch can use a GPU
+    if torch is not None and torch.cuda.is_available():
+        described += f", GPU {torch.cuda.get_device_name()}"
+    return described
 
 
 def write_records(path: str | Path, records: list[ResultRecord]) -> None:
