@@ -286,3 +286,19 @@ def test_html_page_renders_every_figure_in_chromium(report: ReportPaths, tmp_pat
         assert not errors, f"browser console errors: {errors}"
     finally:
         driver.quit()
+
+
+def test_matrix_heatmap_draws_a_matrix_and_refuses_a_misfit(tmp_path: Path) -> None:
+    from demitasse.report.plots import plot_matrix_heatmap
+
+    matrix = np.array([[80.0, 70.0], [np.nan, 75.0]])
+    path = plot_matrix_heatmap(
+        matrix, ["e1", "e2"], ["p1", "p2"], tmp_path / "swap.png",
+        row_label="encoder", column_label="pooler", value_label="dev",
+    )  # fmt: skip
+    assert path.is_file() and path.stat().st_size > 1000
+    with pytest.raises(DataError, match="2 × 3 matrix"):
+        plot_matrix_heatmap(
+            matrix, ["e1", "e2"], ["p1", "p2", "p3"], tmp_path / "bad.png",
+            row_label="r", column_label="c", value_label="v",
+        )  # fmt: skip

@@ -65,7 +65,8 @@ def machine_description() -> str:
     threads = os.environ.get("OMP_NUM_THREADS") or str(cores)
     described = f"{cpu}, {cores} cores, {threads} threads, {platform.system()} {platform.machine()}"
     torch = sys.modules.get("torch")  # only a process that already uses torch can use a GPU
-    if torch is not None and torch.cuda.is_available():
+    # is_initialized: never start CUDA here (a forked worker must not, and need not).
+    if torch is not None and torch.cuda.is_initialized():
         described += f", GPU {torch.cuda.get_device_name()}"
     return described
 

@@ -244,6 +244,38 @@ def plot_layer_heatmap(
     return save_figure(fig, Path(path))
 
 
+def plot_matrix_heatmap(
+    matrix: np.ndarray,
+    rows: Sequence[str],
+    columns: Sequence[str],
+    path: str | Path,
+    *,
+    row_label: str,
+    column_label: str,
+    value_label: str,
+    title: str = "",
+) -> Path:
+    """Any annotated score matrix, e.g. encoder × pooler swaps (NaN cells stay blank)."""
+    grid = np.asarray(matrix, dtype=float)
+    if grid.shape != (len(rows), len(columns)) or np.isnan(grid).all():
+        raise DataError(f"a heatmap needs a {len(rows)} × {len(columns)} matrix with values")
+    vmin, vmax = np.nanmin(grid), np.nanmax(grid)
+    fig, ax = plt.subplots(
+        figsize=(1.6 + 0.7 * len(columns), 1.2 + 0.45 * len(rows)), layout="constrained"
+    )
+    image = ax.imshow(grid, aspect="auto", cmap="viridis", vmin=vmin, vmax=vmax)
+    ax.set_xticks(range(len(columns)), list(columns), fontsize=8)
+    ax.set_yticks(range(len(rows)), list(rows), fontsize=8)
+    ax.set_xlabel(column_label, fontsize=9)
+    ax.set_ylabel(row_label, fontsize=9)
+    if grid.size <= MAX_ANNOTATED_CELLS:
+        _annotate_cells(ax, grid, (vmin + vmax) / 2)
+    fig.colorbar(image, ax=ax, shrink=0.8, label=value_label)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return save_figure(fig, Path(path))
+
+
 def plot_sts_vs_dim(records: Sequence[ResultRecord], path: str | Path, title: str = "") -> Path:
     """STS average against dimension: one line per compressor and precision, a panel per layer."""
     return plot_quality_vs_dim(records, path, "sts", title=title)

@@ -188,7 +188,7 @@ def dev_score(
     """Mean Spearman ×100 of cosine on ``dev`` over hidden-state ``layers`` (default: last),
     through ``head`` (e.g. a pooler) when given."""
     layers = [model.num_layers] if layers is None else list(layers)
-    texts = list(dict.fromkeys(dev.sentences1 + dev.sentences2))
+    texts = dev_texts(dev)
     was_training = model.training
     model.eval()
     pooled: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
@@ -197,17 +197,25 @@ def dev_score(
             outputs = model(texts[start : start + batch_size])
             for layer in layers:
                 vectors = outputs[layer] if head is None else head(outputs[layer])
-                pooled[layer].append(torch.nn.functional.normalize(vectors.float(), dim=1))
+                pooled[layer].append(vectors.float())
     model.train(was_training)
-    row = {text: i for i, text in enumerate(texts)}
-    left = [row[t] for t in dev.sentences1]
-    right = [row[t] for t in dev.sentences2]
-    scores = []
-    for layer in layers:
-        vectors = torch.cat(pooled[layer]).cpu().numpy()
-        cosine = (vectors[left] * vectors[right]).sum(axis=1)
-        scores.append(spearman_x100(cosine, np.asarray(dev.scores)))
+    scores = [pairs_score(torch.cat(pooled[layer]).cpu().numpy(), texts, dev) for layer in layers]
     return float(np.mean(scores))
+
+
+def dev_texts(dev: ScoredPairs) -> list[str]:
+    """The distinct sentences of ``dev``, in first-seen order."""
+    return list(dict.fromkeys(dev.sentences1 + dev.sentences2))
+
+
+def pairs_score(vectors: np.ndarray, texts: Sequence[str], dev: ScoredPairs) -> float:
+    """Spearman ×100 of the cosine of each pair of ``dev``, row i of ``vectors`` being
+    ``texts[i]``."""
+    row = {text: i for i, text in enumerate(texts)}
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    left = unit[[row[t] for t in dev.sentences1]]
+    right = unit[[row[t] for t in dev.sentences2]]
+    return spearman_x100((left * right).sum(axis=1), np.asarray(dev.scores))
 
 
 class _Checkpoint:

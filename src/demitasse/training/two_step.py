@@ -8,8 +8,9 @@ Training encoder and a small pooler end to end damages the encoder at small d. S
 * **Step 2:** put pooler_d (as trained end to end, not re-initialised) on encoder_opt and train
   only the pooler, the encoder frozen.
 
-Every run lives in its own directory under ``out_dir`` (``end-to-end/d<d>``, ``two-step/d<d>``)
-and is resumable, so asking for a new target later trains only what is missing. A model
+Every run lives in its own directory under ``out_dir`` (``end-to-end/d<d>``, ``two-step/d<d>``,
+or step 2 under another ``step2_name`` to compare its settings on the same step-1 models) and is
+resumable, so asking for a new target later trains only what is missing. A model
 directory holds the sentence-transformers encoder and its head in ``pooler/`` (a
 :class:`demitasse.compress.Pooler`). With the NLI objective the classifier is part of the loss,
 not of the model: step 2 trains a fresh one next to the pooler.
@@ -32,7 +33,14 @@ from demitasse.errors import DemitasseError
 from demitasse.training.losses import InBatchNegativesLoss
 from demitasse.training.model import SentenceModel
 from demitasse.training.pooler import POOLER_DIR, HeadLoss, PoolerHead, SoftmaxLoss
-from demitasse.training.trainer import TrainingConfig, TrainingSet, dev_score, fine_tune
+from demitasse.training.trainer import (
+    TrainingConfig,
+    TrainingSet,
+    dev_score,
+    dev_texts,
+    fine_tune,
+    pairs_score,
+)
 
 OBJECTIVES = ("simcse", "nli")
 
@@ -86,6 +94,7 @@ def two_step(
     pooler_config: TrainingConfig | None = None,
     activation: str = "tanh",
     progress: bool = True,
+    step2_name: str = "two-step",
 ) -> TwoStepResult:
     """Algorithm 1: end-to-end runs for targets and candidates, encoder selection, pooler-only
     fine-tuning of each target's pooler on the selected encoder."""
@@ -121,10 +130,28 @@ def two_step(
         scores[dim] = encoder_dev_score(end_to_end[dim], dev)
     best = max(scores, key=lambda d: (scores[d], d))
     two = {
-        dim: train(end_to_end[best], dim, end_to_end[dim], f"two-step/d{dim}", pooler_config)
+        dim: train(end_to_end[best], dim, end_to_end[dim], f"{step2_name}/d{dim}", pooler_config)
         for dim in target_dims
     }
     return TwoStepResult(end_to_end, scores, best, two)
+
+
+def pooled_dev_scores(
+    encoder_dir: Path, pooler_dirs: Sequence[Path], dev: ScoredPairs
+) -> list[float]:
+    """Dev score of ``encoder_dir``'s output through each saved pooler (the
+    :class:`~demitasse.compress.Pooler` reproduces the trained head), encoding the dev sentences
+    once; NaN for a pooler that takes another width than the encoder gives."""
+    texts = dev_texts(dev)
+    vectors = load_encoder(encoder_dir, cache=False).encode(texts)
+    scores = []
+    for pooler_dir in pooler_dirs:
+        pooler = load_compressor(pooler_dir / POOLER_DIR)
+        if pooler.n_features_in_ != vectors.shape[1]:
+            scores.append(float("nan"))
+            continue
+        scores.append(pairs_score(pooler.transform(vectors), texts, dev))
+    return scores
 
 
 def pooler_swap_matrix(
@@ -132,15 +159,9 @@ def pooler_swap_matrix(
 ) -> np.ndarray:
     """Dev score of every encoder_i (rows, ``encoders`` order) with every pooler_j (columns):
     the paper's Figure 4. Poolers of other widths than an encoder's input are skipped (NaN)."""
-    matrix = np.full((len(encoders), len(poolers)), np.nan)
-    for i, encoder_dir in enumerate(encoders.values()):
-        network = SentenceModel(load_encoder(encoder_dir, cache=False))
-        for j, pooler_dir in enumerate(poolers.values()):
-            pooler = load_compressor(pooler_dir / POOLER_DIR)
-            if pooler.n_features_in_ != network.dim:
-                continue
-            head = PoolerHead(network.dim, pooler.output_dim_, pooler.activation)
-            head.normalize_input = bool(pooler.normalize_input)
-            load_head(head, pooler_dir)
-            matrix[i, j] = dev_score(network, dev, head=head)
-    return matrix
+    return np.array(
+        [
+            pooled_dev_scores(encoder_dir, list(poolers.values()), dev)
+            for encoder_dir in encoders.values()
+        ]
+    )
