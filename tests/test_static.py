@@ -202,3 +202,34 @@ def test_cli_distill_static_rejects_bad_input_with_exit_code_2(
     err = capsys.readouterr().err.strip()
     assert err.startswith("demitasse: error:") and "\n" not in err
     assert main(["distill-static", "--corpus", str(tmp_path), "--out", "x", "--dim", "0"]) == 2
+
+
+def test_cross_lingual_alignment_finds_translations_it_could_not_before(
+    extractor: WordVectorExtractor,
+) -> None:
+    from demitasse.data.parallel import ParallelTexts
+    from demitasse.evaluation.translation import translation_accuracy
+    from demitasse.static.crosslingual import TranslationAligner, foreign_model
+
+    english = extractor.to_model("tiny")
+    words = ["man", "woman", "dog", "cat", "guitar", "piano", "park", "food", "car", "mat", "boy"]
+    # An invented language whose words look like the English word for something else.
+    foreign_word = {w: words[(i + 1) % len(words)] + "s" for i, w in enumerate(words)}
+    rng = np.random.default_rng(0)
+    source = list(dict.fromkeys(" ".join(rng.choice(words, size=4)) for _ in range(700)))
+    target = [" ".join(foreign_word[w] for w in s.split()) for s in source]
+    train = ParallelTexts("train", source[:500], target[:500], "en", "xx")
+    valid = ParallelTexts("valid", source[500:], target[500:], "en", "xx")
+    foreign = foreign_model(english, train.target, min_count=2)
+    [[own]], [pieces] = foreign.token_ids(["dogs"]), english.token_ids(["dogs"])
+    assert len(pieces) == 2  # English knows "dogs" only as dog + ##s; the foreign model has it
+    np.testing.assert_allclose(foreign.vectors[own], english.vectors[pieces].mean(axis=0))
+
+    def accuracy(model: StaticModel) -> float:
+        gold = np.arange(len(valid))
+        return translation_accuracy(model.encode(valid.target), english.encode(valid.source), gold)
+
+    before = accuracy(foreign)
+    aligner = TranslationAligner(batch_size=32, max_steps=300, eval_every=100, learning_rate=0.05)
+    after = accuracy(aligner.fit(foreign, english, train, valid).model_)
+    assert after > max(50.0, before + 20.0)

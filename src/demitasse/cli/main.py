@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     static.add_argument("--max-sentences", type=int, default=250_000)
     static.add_argument("--harvest-limit", type=int, default=None)
     static.add_argument("--steps", type=int, default=10_000, help="most distillation steps")
-    static.add_argument("--lr", type=float, default=1e-3)
+    static.add_argument("--lr", type=float, default=3e-3)
     static.add_argument("--work-dir", default=None, help="extraction checkpoints (resumable)")
     static.add_argument("--model2vec", default=None, help="also export the model2vec layout here")
 

@@ -66,7 +66,7 @@ class SimilarityDistiller:
     def __init__(
         self,
         temperature: float = 0.05,
-        learning_rate: float = 1e-3,
+        learning_rate: float = 3e-3,
         batch_size: int = 128,
         max_steps: int = 10_000,
         eval_every: int = 250,
@@ -145,7 +145,7 @@ class SimilarityDistiller:
             loss = loss_of(rows)
             loss.backward()
             optimiser.step()
-            running.append(float(loss))
+            running.append(loss.item())
             if step % self.eval_every and step != self.max_steps:
                 continue
             current = validation_loss()

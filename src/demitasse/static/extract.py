@@ -110,7 +110,9 @@ class WordVectorExtractor:
         return self
 
     def to_model(self, name: str) -> StaticModel:
-        return StaticModel(self.vectors_, self.tokenizer_, name=name)
+        # The first base_tokens ids are the teacher's own tokens (the subword fallback).
+        metadata = {"base_tokens": len(self.base_tokens_)}
+        return StaticModel(self.vectors_, self.tokenizer_, name=name, metadata=metadata)
 
     # ---- counting ------------------------------------------------------------------------------
 
