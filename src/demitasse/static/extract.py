@@ -151,23 +151,22 @@ class WordVectorExtractor:
         self._token_counts = np.zeros(n_tokens, dtype=np.int64)
         self._encoded = np.zeros(len(texts), dtype=bool)
         settings = self._settings(teacher, texts)
-        done = self._resume(checkpoints, settings) if checkpoints else 0
+        harvested = self._resume(checkpoints, settings) if checkpoints else 0
         end = len(texts) if self.harvest_limit is None else min(len(texts), self.harvest_limit)
-        chunks = range(done * self.chunk_size, end, self.chunk_size)
         bar = tqdm(
             total=end,
-            initial=min(done * self.chunk_size, end),
+            initial=min(harvested, end),
             desc=f"extracting from {teacher.name}",
             disable=not self.show_progress,
             smoothing=0.05,
         )
-        for chunk_index, start in enumerate(chunks, start=done):
-            chunk = texts[start : start + self.chunk_size]
+        for start in range(harvested, end, self.chunk_size):
+            chunk = texts[start : min(start + self.chunk_size, end)]
             rows, embeddings = self._harvest_chunk(teacher, chunk, bar)
             self._encoded[start + rows] = True
             teacher.cache_embeddings([chunk[i] for i in rows], embeddings)
             if checkpoints:
-                self._checkpoint(checkpoints, settings, chunk_index + 1)
+                self._checkpoint(checkpoints, settings, start + len(chunk))
         bar.close()
         self.encoded_ = self._encoded
 
@@ -268,12 +267,14 @@ class WordVectorExtractor:
         self._token_sums[:] = state["token_sums"]
         self._token_counts[:] = state["token_counts"]
         self._encoded[:] = state["encoded"].astype(bool)
-        return int(progress["chunks_done"])
+        if "harvested" in progress:
+            return int(progress["harvested"])
+        return int(progress["chunks_done"]) * self.chunk_size  # the first checkpoint format
 
-    def _checkpoint(self, checkpoints: Path, settings: dict[str, Any], chunks_done: int) -> None:
+    def _checkpoint(self, checkpoints: Path, settings: dict[str, Any], harvested: int) -> None:
         # The state file is new each time and the JSON names it, so the pair is swapped
         # atomically: an interruption leaves the previous, complete checkpoint in force.
-        state_name = f"state-{chunks_done:05d}.safetensors"
+        state_name = f"state-{harvested:09d}.safetensors"
         with atomic_path(checkpoints / state_name) as tmp:
             save_file(
                 {
@@ -285,7 +286,7 @@ class WordVectorExtractor:
                 },
                 str(tmp),
             )
-        progress = {"settings": settings, "chunks_done": chunks_done, "state": state_name}
+        progress = {"settings": settings, "harvested": harvested, "state": state_name}
         atomic_write_json(checkpoints / PROGRESS_FILE, progress)
         for old in checkpoints.glob("state-*.safetensors"):
             if old.name != state_name:
