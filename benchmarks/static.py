@@ -288,7 +288,8 @@ def cross_lingual(english: StaticModel, teacher: TransformerEncoder, args, recor
     test = load_multi30k(args.data_dir, "test_2016_flickr", limit=args.limit)
     started = time.perf_counter()
     initial = foreign_model(english, train.target)
-    aligner = TranslationAligner(show_progress=True).fit(initial, english, train, valid)
+    aligner = TranslationAligner(max_steps=3000, show_progress=True)
+    aligner.fit(initial, english, train, valid)
     seconds = time.perf_counter() - started
     gold = np.arange(len(test))
     rows = []

@@ -13,20 +13,18 @@ so this start is already weakly aligned, and training only has to improve on it.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812  (torch convention)
-from tqdm.auto import tqdm
 
 from demitasse.compress.similarity_losses import cosine_matrix
 from demitasse.data.parallel import ParallelTexts
 from demitasse.errors import DataError, DemitasseError
-from demitasse.static.distill import TokenBatches
 from demitasse.static.model import StaticModel, mean_vectors
+from demitasse.static.training import TokenBatches, WordVectorTrainer, train_word_vectors
 from demitasse.static.vocabulary import build_vocabulary, count_words, static_tokenizer
 
 
@@ -63,28 +61,9 @@ def foreign_model(english: StaticModel, texts: Sequence[str], min_count: int = 2
     )
 
 
-class TranslationAligner:
-    """Train a foreign :class:`StaticModel` against a fixed English one on parallel text."""
-
-    def __init__(
-        self,
-        temperature: float = 0.05,
-        learning_rate: float = 3e-3,
-        batch_size: int = 128,
-        max_steps: int = 3000,
-        eval_every: int = 250,
-        patience: int = 4,
-        seed: int = 0,
-        show_progress: bool = False,
-    ) -> None:
-        self.temperature = temperature
-        self.learning_rate = learning_rate
-        self.batch_size = batch_size
-        self.max_steps = max_steps
-        self.eval_every = eval_every
-        self.patience = patience
-        self.seed = seed
-        self.show_progress = show_progress
+class TranslationAligner(WordVectorTrainer):
+    """Train a foreign :class:`StaticModel` against a fixed English one on parallel text
+    (hyperparameters: :class:`~demitasse.static.training.WordVectorTrainer`)."""
 
     def fit(
         self,
@@ -98,66 +77,35 @@ class TranslationAligner:
         started = time.perf_counter()
         if len(train) < 2 * self.batch_size or len(validation) < self.batch_size:
             raise DataError("too few parallel sentences for the batch size")
-        rng = np.random.default_rng(self.seed)
-        torch.manual_seed(self.seed)
         sides = {}
         for name, pairs in (("train", train), ("validation", validation)):
             anchors = torch.as_tensor(english.encode(pairs.source))
             sides[name] = (TokenBatches(foreign.token_ids(pairs.target)), anchors)
-        bag = torch.nn.EmbeddingBag.from_pretrained(
-            torch.from_numpy(foreign.vectors.copy()), freeze=False, mode="mean", sparse=True
-        )
-        optimiser = torch.optim.SparseAdam(bag.parameters(), lr=self.learning_rate)
 
-        def loss_of(name: str, rows: np.ndarray) -> torch.Tensor:
-            batches, anchors = sides[name]
+        def batch_loss(bag: torch.nn.EmbeddingBag, side: str, rows: np.ndarray) -> torch.Tensor:
+            batches, anchors = sides[side]
             flat, offsets = batches.batch(rows)
             return contrastive_translation_loss(
                 bag(flat, offsets), anchors[torch.as_tensor(rows)], self.temperature
             )
 
-        def validation_loss() -> float:
-            rows = np.arange(len(validation))
-            with torch.no_grad():
-                return float(
-                    np.mean(
-                        [
-                            loss_of("validation", rows[s : s + self.batch_size]).item()
-                            for s in range(0, len(rows) - self.batch_size + 1, self.batch_size)
-                        ]
-                    )
-                )
-
-        best_loss, best_step, waited = validation_loss(), 0, 0
-        best = bag.weight.detach().clone()
-        self.history_ = [{"step": 0, "validation_loss": best_loss}]
-        order, cursor = rng.permutation(len(train)), 0
-        for step in tqdm(range(1, self.max_steps + 1), disable=not self.show_progress):
-            if cursor + self.batch_size > len(order):
-                order, cursor = rng.permutation(len(train)), 0
-            optimiser.zero_grad()
-            loss_of("train", order[cursor : cursor + self.batch_size]).backward()
-            cursor += self.batch_size
-            optimiser.step()
-            if step % self.eval_every and step != self.max_steps:
-                continue
-            current = validation_loss()
-            self.history_.append({"step": step, "validation_loss": current})
-            if current < best_loss - 1e-4:
-                best_loss, best_step, waited = current, step, 0
-                best = bag.weight.detach().clone()
-            else:
-                waited += 1
-                if waited >= self.patience:
-                    break
-        self.best_step_ = best_step
-        self.best_validation_loss_ = best_loss if math.isfinite(best_loss) else math.nan
+        trained = train_word_vectors(
+            foreign.vectors,
+            batch_loss,
+            np.arange(len(train)),
+            np.arange(len(validation)),
+            self,
+            "aligning",
+        )
+        self.history_ = trained.history
+        self.best_step_ = trained.best_step
+        self.best_validation_loss_ = trained.best_validation_loss
         self.model_ = StaticModel(
-            best.numpy(),
+            trained.vectors,
             foreign.tokenizer,
             name=foreign.name,
             normalize=foreign.normalize,
-            metadata={**foreign.metadata, "aligned_steps": best_step},
+            metadata={**foreign.metadata, "aligned_steps": trained.best_step},
         )
         self.seconds_ = time.perf_counter() - started
         return self
