@@ -13,8 +13,8 @@ same thread count for every model) and peak memory (a fresh process per model).
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -107,16 +107,25 @@ def peak_memory(name: str, args: argparse.Namespace, static_dir: Path) -> float:
     """Peak resident memory (MiB) of a fresh process that loads ``name`` and encodes texts."""
     count = min(MEMORY_TEXTS, args.limit or MEMORY_TEXTS)
     code = (
-        f"import json, resource, sys; sys.path.insert(0, {str(HERE)!r}); import static as b; "
+        f"import sys; sys.path.insert(0, {str(HERE)!r}); import static as b; "
         f"texts = b.speed_texts({str(args.data_dir)!r})[:{count}]; "
         f"m = b.load_peer({name!r}, {TEACHER!r}, {str(static_dir)!r}); "
         "m.encode(texts, batch_size=64); "
-        "print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))"
+        "print(b.high_water_mib())"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ
     )
-    return json.loads(done.stdout.strip().splitlines()[-1]) / 1024
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def high_water_mib() -> float:
+    """This process's peak resident memory. Not ru_maxrss: Linux keeps the parent's peak
+    across fork + exec, so every child would report the benchmark's own peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def speed_texts(data_dir: str | None) -> list[str]:
@@ -127,8 +136,8 @@ def speed_texts(data_dir: str | None) -> list[str]:
     return list(dict.fromkeys(texts))[:SPEED_TEXTS]
 
 
-def stsb_dev(encoder: object) -> float:
-    pairs = load_stsb("dev")
+def stsb_dev(encoder: object, data_dir: str) -> float:
+    pairs = load_stsb("dev", data_dir)
     left, right = encoder.encode(pairs.sentences1), encoder.encode(pairs.sentences2)  # type: ignore[attr-defined]
     return spearman_x100(np.sum(left * right, axis=1), pairs.scores)
 
@@ -219,7 +228,9 @@ def main() -> int:
         model.name = f"static-{TEACHER}"
         found = evaluate(model, sts, label)
         records += found
-        ablation_rows.append([label, model.dim, score(found, label, "sts"), stsb_dev(model)])
+        ablation_rows.append(
+            [label, model.dim, score(found, label, "sts"), stsb_dev(model, args.data_dir)]
+        )
 
     # ---- peers on every task ---------------------------------------------------------------------
     tasks = build_tasks(["sts", "classification", "retrieval"], args.data_dir, limit=args.limit)
@@ -253,6 +264,7 @@ def main() -> int:
         record.extra["peak_rss_mib"] = memory[label]
         speed[label] = record.score
         records.append(record)
+    memory["none"] = peak_memory("none", args, static_dir)
     for record in records:
         record.extra.setdefault("teacher", TEACHER)
     output = args.output or HERE / "results"
@@ -365,7 +377,7 @@ def describe(args, stages, recipe, records, speed, memory, m2v_seconds, elapsed,
                 score(records, label, "sts"),
                 *[score(records, label, "sts", name) for name in sts_sets[:-1]],
                 score(records, label, "classification"),
-                score(records, label, "retrieval", "scifact", "ndcg@10"),
+                score(records, label, "retrieval", "SciFact", "ndcg@10"),
                 round(speed[label]),
                 f"{speed[label] / speed['teacher']:.0f}×",
                 round(memory[label]),
@@ -406,7 +418,9 @@ def describe(args, stages, recipe, records, speed, memory, m2v_seconds, elapsed,
             f"pass, via the embedding cache); Model2Vec distillation {m2v}.  ",
             f"Throughput: {SPEED_TEXTS:,} distinct STS test sentences, best of "
             f"{args.repeats} passes (teacher: 2), batch 64, in this process; peak RSS: a fresh "
-            f"process loading the model and encoding {MEMORY_TEXTS:,} of those sentences.",
+            f"process loading the model and encoding {MEMORY_TEXTS:,} of those sentences "
+            f"(the same process without a model: {memory['none']:.0f} MiB, mostly torch and "
+            "the benchmark's imports).",
             "",
             markdown_table(header, rows),
             "",
