@@ -83,7 +83,6 @@ def train_word_vectors(
     improvement."""
     size = settings.batch_size
     rng = np.random.default_rng(settings.seed)
-    torch.manual_seed(settings.seed)
     bag = torch.nn.EmbeddingBag.from_pretrained(
         torch.from_numpy(np.array(vectors, dtype=np.float32)),
         freeze=False,
