@@ -341,10 +341,10 @@ def cross_lingual(english: StaticModel, teacher: TransformerEncoder, args, recor
 
 
 ROWS = {
-    "ours": "ours: extraction + sentence PCA/ABTT + distillation",
-    "model2vec": "Model2Vec (distilled here)",
-    "wordllama": "WordLlama l2_supercat",
-    "teacher": "teacher all-MiniLM-L6-v2",
+    "ours": "ours: extraction + sentence PCA/ABTT + distillation (teacher MiniLM)",
+    "model2vec": "Model2Vec: distilled here (teacher MiniLM)",
+    "wordllama": "WordLlama l2_supercat: as shipped (its own training)",
+    "teacher": "all-MiniLM-L6-v2: the teacher",
 }
 
 
