@@ -184,6 +184,9 @@ def main() -> int:
     args.data_dir = str(resolve_data_dir(args.data_dir))
     started = time.perf_counter()
 
+    # The same thread budget for every model: torch's, and the Rust tokenizers' (rayon) pool,
+    # which every model here tokenises with; set before anything tokenises.
+    os.environ.setdefault("RAYON_NUM_THREADS", str(args.threads))
     import torch
 
     torch.set_num_threads(args.threads)
