@@ -104,7 +104,8 @@ class WordVectorExtractor:
         self.tokenizer_ = static_tokenizer(base, self.vocabulary_)
         self.timings_ = {
             "count_s": counted - started,
-            "harvest_s": harvested - counted,
+            # Earlier, interrupted runs' harvesting counts too (kept in the checkpoint).
+            "harvest_s": harvested - counted + self._earlier_seconds,
             "finish_s": time.perf_counter() - harvested,
         }
         return self
@@ -151,6 +152,8 @@ class WordVectorExtractor:
         self._token_counts = np.zeros(n_tokens, dtype=np.int64)
         self._encoded = np.zeros(len(texts), dtype=bool)
         settings = self._settings(teacher, texts)
+        self._earlier_seconds = 0.0
+        self._started = time.perf_counter()
         harvested = self._resume(checkpoints, settings) if checkpoints else 0
         end = len(texts) if self.harvest_limit is None else min(len(texts), self.harvest_limit)
         bar = tqdm(
@@ -267,6 +270,7 @@ class WordVectorExtractor:
         self._token_sums[:] = state["token_sums"]
         self._token_counts[:] = state["token_counts"]
         self._encoded[:] = state["encoded"].astype(bool)
+        self._earlier_seconds = float(progress.get("harvest_seconds", 0.0))
         if "harvested" in progress:
             return int(progress["harvested"])
         return int(progress["chunks_done"]) * self.chunk_size  # the first checkpoint format
@@ -286,7 +290,12 @@ class WordVectorExtractor:
                 },
                 str(tmp),
             )
-        progress = {"settings": settings, "harvested": harvested, "state": state_name}
+        progress = {
+            "settings": settings,
+            "harvested": harvested,
+            "state": state_name,
+            "harvest_seconds": self._earlier_seconds + time.perf_counter() - self._started,
+        }
         atomic_write_json(checkpoints / PROGRESS_FILE, progress)
         for old in checkpoints.glob("state-*.safetensors"):
             if old.name != state_name:

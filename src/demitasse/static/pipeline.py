@@ -72,7 +72,6 @@ def extract_stage(
     show_progress: bool = False,
 ) -> tuple[StaticModel, np.ndarray, float]:
     """Extracted model and which corpus rows the teacher encoded; reused from ``work_dir``."""
-    started = time.perf_counter()
     saved, encoded_file = work_dir / "extracted", work_dir / "encoded.npy"
     settings = {
         "teacher": teacher.name,
@@ -92,7 +91,7 @@ def extract_stage(
         checkpoint_dir=work_dir / "checkpoints",
         show_progress=show_progress,
     ).fit(teacher, corpus)
-    seconds = time.perf_counter() - started
+    seconds = sum(extractor.timings_.values())  # with the harvesting of interrupted runs
     model = extractor.to_model(f"static-{teacher.name}")
     model.metadata.update(
         teacher=teacher.name, extraction=settings, extract_s=seconds, timings=extractor.timings_
