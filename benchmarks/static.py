@@ -429,7 +429,9 @@ def describe(args, stages, recipe, records, speed, memory, m2v_seconds, elapsed,
             "",
             f"Command: `{command}`  ",
             f"Machine: {machine_description()}; torch threads {args.threads} for every model; "
-            f"wall time {elapsed:.0f} s for the whole run (shared CPU: another job was running).  ",
+            f"wall time of this run {elapsed:.0f} s; it resumes the extraction from its "
+            "checkpoints in the cache, so the extraction's own wall time is given below "
+            "(shared CPU: another job was running).  ",
             f"Recipe (Wada et al.): teacher {TEACHER} for every static row; vocabulary = the "
             f"teacher's WordPiece tokens + corpus words seen ≥ {recipe.min_count} times in "
             f"{len(stages.corpus):,} shuffled sentences of `unlabeled/en` "
@@ -443,7 +445,8 @@ def describe(args, stages, recipe, records, speed, memory, m2v_seconds, elapsed,
             f"{recipe.learning_rate}, early stopping on a 2 % validation split of the corpus: "
             f"best step {distiller.best_step_} of ≤ {recipe.max_steps}. No test set was used "
             "for any choice.  ",
-            f"Wall time: extraction {seconds['extract']:.0f} s, PCA {seconds['pca']:.0f} s, "
+            f"Wall time: extraction {seconds['extract']:.0f} s (2 torch threads, whole runs "
+            f"summed over resumptions), PCA {seconds['pca']:.0f} s, "
             f"distillation {seconds['distill']:.0f} s (teacher embeddings from the extraction "
             f"pass, via the embedding cache); Model2Vec distillation {m2v}.  ",
             f"Throughput: {SPEED_TEXTS:,} distinct STS test sentences, best of "

@@ -97,15 +97,6 @@ class TranslationAligner(WordVectorTrainer):
             self,
             "aligning",
         )
-        self.history_ = trained.history
-        self.best_step_ = trained.best_step
-        self.best_validation_loss_ = trained.best_validation_loss
-        self.model_ = StaticModel(
-            trained.vectors,
-            foreign.tokenizer,
-            name=foreign.name,
-            normalize=foreign.normalize,
-            metadata={**foreign.metadata, "aligned_steps": trained.best_step},
-        )
+        self._keep(trained, foreign, {"aligned_steps": trained.best_step})
         self.seconds_ = time.perf_counter() - started
         return self

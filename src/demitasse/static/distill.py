@@ -84,16 +84,8 @@ class SimilarityDistiller(WordVectorTrainer):
         trained = train_word_vectors(
             model.vectors, batch_loss, train_rows, valid_rows, self, "distilling"
         )
-        self.history_ = trained.history
         self.best_step_ = trained.best_step
-        self.best_validation_loss_ = trained.best_validation_loss
-        self.model_ = StaticModel(
-            trained.vectors,
-            model.tokenizer,
-            name=model.name,
-            normalize=model.normalize,
-            metadata={**model.metadata, "distillation": self._summary(len(train_rows))},
-        )
+        self._keep(trained, model, {"distillation": self._summary(len(train_rows))})
         self.seconds_ = time.perf_counter() - started
         return self
 

@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from demitasse.static.model import StaticModel
+
 #: The loss of a batch: (the word vectors as a mean-pooling bag, split name, row indices).
 BatchLoss = Callable[[torch.nn.EmbeddingBag, str, np.ndarray], torch.Tensor]
 
@@ -68,6 +70,21 @@ class WordVectorTrainer:
         self.patience = patience
         self.seed = seed
         self.show_progress = show_progress
+
+    def _keep(
+        self, trained: VectorTraining, start: StaticModel, metadata: dict[str, object]
+    ) -> None:
+        """Record a finished training: its history, best step and the resulting model."""
+        self.history_ = trained.history
+        self.best_step_ = trained.best_step
+        self.best_validation_loss_ = trained.best_validation_loss
+        self.model_ = StaticModel(
+            trained.vectors,
+            start.tokenizer,
+            name=start.name,
+            normalize=start.normalize,
+            metadata={**start.metadata, **metadata},
+        )
 
 
 def train_word_vectors(
