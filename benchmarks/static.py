@@ -383,6 +383,7 @@ def plot_speed(records: list[ResultRecord], speed: dict[str, float], path: Path)
         ax.scatter(rate, score(records, label, "sts"), s=40)
         ax.annotate(ROWS[label].split(":")[0], (rate, score(records, label, "sts")), fontsize=8)
     ax.set_xscale("log")
+    ax.margins(x=0.25)  # room for the labels of the rightmost points
     ax.set_xlabel("sentences per second (10,000 STS sentences, 1 thread)")
     ax.set_ylabel("STS average of 7 sets (Spearman ×100)")
     ax.set_title("Static encoders vs their teacher")
