@@ -15,7 +15,11 @@ WORDS = (
 
 
 def build_tiny_model(
-    directory: Path, layers: int = 3, hidden: int = 32, pooling: str = "mean"
+    directory: Path,
+    layers: int = 3,
+    hidden: int = 32,
+    pooling: str = "mean",
+    words: Sequence[str] = WORDS,
 ) -> Path:
     """Save a randomly initialised BERT (built from a config, no download) as an ST model."""
     import torch
@@ -29,11 +33,12 @@ def build_tiny_model(
 
     directory.mkdir(parents=True, exist_ok=True)
     vocab = directory / "vocab.txt"
-    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]) + "\n")
-    tokenizer = BertTokenizerFast(vocab_file=str(vocab))
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    # Positional: transformers 4 calls it vocab_file, 5 calls it vocab (and ignores vocab_file).
+    tokenizer = BertTokenizerFast(str(vocab))
     torch.manual_seed(0)
     config = BertConfig(
-        vocab_size=len(WORDS) + 5,
+        vocab_size=len(words) + 5,
         hidden_size=hidden,
         num_hidden_layers=layers,
         num_attention_heads=4,

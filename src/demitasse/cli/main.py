@@ -108,6 +108,21 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--dim", type=int, default=None, help="keep the first dim dimensions")
     export.add_argument("--out", required=True, help="directory to write")
 
+    static = commands.add_parser(
+        "distill-static",
+        help="distil a static word-vector sentence encoder from a transformer (Wada et al.)",
+    )
+    static.add_argument("--corpus", required=True, help="text file or folder of *.txt(.gz)")
+    static.add_argument("--out", required=True, help="directory for the static model")
+    static.add_argument("--teacher", default="all-MiniLM-L6-v2", help="path or packaged name")
+    static.add_argument("--dim", type=int, default=256)
+    static.add_argument("--max-sentences", type=int, default=250_000)
+    static.add_argument("--harvest-limit", type=int, default=None)
+    static.add_argument("--steps", type=int, default=10_000, help="most distillation steps")
+    static.add_argument("--lr", type=float, default=3e-3)
+    static.add_argument("--work-dir", default=None, help="extraction checkpoints (resumable)")
+    static.add_argument("--model2vec", default=None, help="also export the model2vec layout here")
+
     demo = commands.add_parser("demo", help="truncation vs PCA at float32 and int8 on STS")
     demo.add_argument("--model", default=None)
     _common(demo)
@@ -131,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "report": _run_report,
             "train": _run_train,
             "export": _run_export,
+            "distill-static": _run_distill_static,
         }
         return runners[args.command](args)
     except DemitasseError as exc:
@@ -142,6 +158,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("demitasse: interrupted; finished outputs are intact", file=sys.stderr)
         return 130
+
+
+def _run_distill_static(args: argparse.Namespace) -> int:
+    from demitasse.export import export_model2vec
+    from demitasse.static.pipeline import StaticRecipe, distill_static
+
+    for option in ("dim", "max_sentences", "harvest_limit", "steps"):
+        value = getattr(args, option)
+        if value is not None and value < 1:
+            raise DemitasseError(f"--{option.replace('_', '-')} must be positive, got {value}")
+    recipe = StaticRecipe(
+        dim=args.dim,
+        max_sentences=args.max_sentences,
+        harvest_limit=args.harvest_limit,
+        max_steps=args.steps,
+        learning_rate=args.lr,
+    )
+    stages = distill_static(args.teacher, args.corpus, args.work_dir, recipe, show_progress=True)
+    stages.distilled.save(args.out)
+    print(f"static model: {args.out} ({len(stages.distilled.vectors)} words × {args.dim})")
+    print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in stages.seconds.items()))
+    if args.model2vec:
+        export_model2vec(stages.distilled, args.model2vec)
+        print(f"model2vec export: {args.model2vec}")
+    return 0
 
 
 def _run_train(args: argparse.Namespace) -> int:

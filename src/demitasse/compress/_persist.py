@@ -109,8 +109,14 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
 
 
-def write_saved(path: str | Path, config: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-    """Atomically write ``config.json`` + ``state.safetensors`` into the directory ``path``."""
+def write_saved(
+    path: str | Path,
+    config: dict[str, Any],
+    arrays: dict[str, np.ndarray],
+    text_files: dict[str, str] | None = None,
+) -> None:
+    """Atomically write ``config.json`` + ``state.safetensors`` (and any ``text_files``, by
+    name) into the directory ``path``."""
     path = Path(path)
     if path.exists():
         if not path.is_dir():
@@ -131,6 +137,8 @@ def write_saved(path: str | Path, config: dict[str, Any], arrays: dict[str, np.n
         tmp.chmod(0o755)  # mkdtemp makes it 0700; a saved model should be shareable
         (tmp / CONFIG_FILE).write_text(text + "\n", encoding="utf-8")
         save_file(tensors, str(tmp / STATE_FILE))
+        for name, content in (text_files or {}).items():
+            (tmp / name).write_text(content, encoding="utf-8")
 
 
 def read_saved(path: str | Path, what: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

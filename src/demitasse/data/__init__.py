@@ -6,7 +6,7 @@ Every user-caused problem raises :class:`DataError`.
 
 from demitasse.data.beir import BeirDataset, load_beir
 from demitasse.data.embeddings import check_finite, load_embeddings
-from demitasse.data.files import load_scored_pairs, read_texts
+from demitasse.data.files import load_scored_pairs, read_corpus, read_texts
 from demitasse.data.hub import HUB_REPOS, load_hf_sts
 from demitasse.data.nli import NLI_LABELS, NLIPairs, Triples, load_snli, nli_triples
 from demitasse.data.pairs import ScoredPairs, concat_pairs
@@ -76,6 +76,7 @@ __all__ = [
     "load_trec",
     "load_unlabeled",
     "nli_triples",
+    "read_corpus",
     "read_texts",
     "resolve_data_dir",
 ]

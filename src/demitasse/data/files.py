@@ -93,3 +93,23 @@ def read_texts(path: str | Path, column: str = "text", limit: int | None = None)
     if not texts:
         raise DataError(f"{path}: no text found")
     return texts
+
+
+def read_corpus(path: str | Path, limit: int | None = None) -> list[str]:
+    """Unique texts of a text file or of every ``*.txt`` / ``*.txt.gz`` file in a folder (sorted
+    by name), in first-seen order, at most ``limit``."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        files = sorted(
+            p for p in path.iterdir() if p.name.lower().removesuffix(".gz").endswith(".txt")
+        )
+        if not files:
+            raise DataError(f"{path}: no .txt or .txt.gz files in this folder")
+    else:
+        files = [path]
+    texts: dict[str, None] = {}
+    for file in files:
+        texts.update(dict.fromkeys(read_texts(file)))
+        if limit is not None and len(texts) >= limit:
+            break
+    return list(texts)[:limit]

@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from tqdm.auto import tqdm
+from transformers import BatchEncoding
 
+from demitasse.encoders.base import Encoder
 from demitasse.encoders.cache import EmbeddingCache, fingerprint_directory
 from demitasse.encoders.resolve import DEFAULT_MODEL, cache_root, resolve_model
 from demitasse.errors import DataError, DemitasseError
@@ -179,6 +181,10 @@ class TransformerEncoder:
 
     def tokenize(self, batch: list[str]) -> dict[str, torch.Tensor]:
         """Model inputs for ``batch`` on the encoder's device, as sentence-transformers builds."""
+        return dict(self.features(batch))
+
+    def features(self, batch: list[str]) -> BatchEncoding:
+        """:meth:`tokenize`'s inputs with the fast tokenizer's encodings (word ids, tokens)."""
         batch = [t.strip() for t in batch]
         if self.do_lower_case:
             batch = [t.lower() for t in batch]
@@ -189,7 +195,13 @@ class TransformerEncoder:
             max_length=self.max_seq_length,
             return_tensors="pt",
         )
-        return {k: v.to(self.device) for k, v in features.items()}
+        return features.to(self.device)
+
+    def cache_embeddings(self, texts: Sequence[str], vectors: np.ndarray) -> None:
+        """Store last-layer sentence embeddings computed elsewhere (e.g. while extracting word
+        vectors from the same forward passes), so a later :meth:`encode` reads them."""
+        if self._cache is not None:
+            self._cache.store(list(texts), {self.num_layers: vectors})
 
     def _forward_all(
         self, texts: list[str], layers: list[int], batch_size: int
@@ -215,6 +227,14 @@ class TransformerEncoder:
         return out
 
 
-def load_encoder(name_or_path: str | Path = DEFAULT_MODEL, **kwargs: object) -> TransformerEncoder:
-    """Load a sentence encoder by local path, packaged model name or hub id."""
+def load_encoder(name_or_path: str | Path = DEFAULT_MODEL, **kwargs: object) -> Encoder:
+    """Load a sentence encoder by local path, packaged model name or hub id.
+
+    A directory saved by :meth:`demitasse.static.StaticModel.save` loads as that static model
+    (transformer options such as ``cache`` do not apply to it and are ignored).
+    """
+    from demitasse.static.model import StaticModel, is_static_model_dir
+
+    if is_static_model_dir(Path(name_or_path).expanduser()):
+        return StaticModel.load(Path(name_or_path).expanduser())
     return TransformerEncoder(name_or_path, **kwargs)  # type: ignore[arg-type]

@@ -1,5 +1,6 @@
 """Exporters: models that other libraries load without demitasse."""
 
+from demitasse.export.model2vec import export_model2vec
 from demitasse.export.sentence_transformers import export_sentence_transformer
 
-__all__ = ["export_sentence_transformer"]
+__all__ = ["export_model2vec", "export_sentence_transformer"]

@@ -1,0 +1,467 @@
+"""Static sentence encoder distilled from all-MiniLM-L6-v2 vs Model2Vec, WordLlama and the teacher.
+
+One run on one machine: our recipe (extraction → sentence-level PCA with ABTT → distillation,
+256 dimensions), Model2Vec distilled here from the same teacher at 256 dimensions, WordLlama
+l2_supercat 256 and the teacher itself, on the 7-set STS average, SentEval classification
+(MR, CR, SST-2, TREC, MRPC) and SciFact nDCG@10; the ablation of Wada et al.'s Table 6 (STS
+only); encode throughput on 10,000 STS sentences (same process, best of several repetitions,
+same thread count for every model) and peak memory (a fresh process per model).
+
+    python benchmarks/static.py --data-dir ../shared/data
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from demitasse.data import load_stsb, resolve_data_dir
+from demitasse.encoders import TransformerEncoder, cache_root, load_encoder, resolve_model
+from demitasse.evaluation import (
+    ResultRecord,
+    build_tasks,
+    evaluate_grid,
+    machine_description,
+    measure_encode_throughput,
+    parse_compressor_specs,
+    spearman_x100,
+    write_records,
+)
+from demitasse.report import markdown_table
+from demitasse.report.plots import save_figure
+from demitasse.report.results_file import update_section
+from demitasse.static import StaticModel
+from demitasse.static.pca import StaticPCA
+from demitasse.static.pipeline import StaticRecipe, distill_static, write_stage_summary
+
+HERE = Path(__file__).resolve().parent
+NAME = "static"
+TEACHER = "all-MiniLM-L6-v2"
+DIM = 256
+SPEED_TEXTS = 10_000
+MEMORY_TEXTS = 2_000
+
+
+class CallableEncoder:
+    """A peer library's model as a demitasse Encoder (one layer, float32 rows)."""
+
+    num_layers = 1
+
+    def __init__(self, name: str, dim: int, encode: Callable[[list[str]], np.ndarray]) -> None:
+        self.name = name
+        self.dim = dim
+        self._encode = encode
+
+    def encode(self, texts: Sequence[str], layer: int | None = None, batch_size: int = 32):
+        return np.asarray(self._encode(list(texts)), dtype=np.float32)
+
+    def encode_layers(self, texts: Sequence[str], layers=None, batch_size: int = 32):
+        return {1: self.encode(texts)}
+
+
+def model2vec_peer() -> CallableEncoder:
+    """Model2Vec distilled from the teacher's local files at 256 dims (kept in the cache)."""
+    from model2vec import StaticModel as Model2VecModel
+
+    teacher = resolve_model(TEACHER)
+    saved = cache_root() / "static" / f"model2vec-{teacher.name}-{DIM}"
+    if not (saved / "model.safetensors").is_file():
+        from model2vec.distill import distill
+
+        started = time.perf_counter()
+        distill(model_name=str(teacher.path), pca_dims=DIM, device="cpu").save_pretrained(saved)
+        (saved / "distill_seconds.txt").write_text(f"{time.perf_counter() - started:.1f}\n")
+    model = Model2VecModel.from_pretrained(saved)
+    return CallableEncoder(f"model2vec-{teacher.name}", model.dim, model.encode)
+
+
+def wordllama_peer() -> CallableEncoder:
+    import wordllama
+    from wordllama import WordLlama
+
+    folder = Path(wordllama.__file__).parent
+    model = WordLlama.load(config="l2_supercat", dim=DIM, cache_dir=folder, disable_download=True)
+    return CallableEncoder("wordllama-l2_supercat", DIM, lambda t: model.embed(t, norm=True))
+
+
+def load_peer(name: str, teacher_name: str, static_dir: str) -> object:
+    """Any benchmarked model by its row name, for the memory subprocess."""
+    if name == "teacher":
+        return load_encoder(teacher_name, cache=False, show_progress=False)
+    if name == "ours":
+        return StaticModel.load(static_dir)
+    if name == "none":  # the imports and the texts alone: the baseline of the others
+        return CallableEncoder("none", 1, lambda texts: np.zeros((len(texts), 1)))
+    return model2vec_peer() if name == "model2vec" else wordllama_peer()
+
+
+def peak_memory(name: str, args: argparse.Namespace, static_dir: Path) -> float:
+    """Peak resident memory (MiB) of a fresh process that loads ``name`` and encodes texts."""
+    count = min(MEMORY_TEXTS, args.limit or MEMORY_TEXTS)
+    code = (
+        f"import sys; sys.path.insert(0, {str(HERE)!r}); import static as b; "
+        f"texts = b.speed_texts({str(args.data_dir)!r})[:{count}]; "
+        f"m = b.load_peer({name!r}, {TEACHER!r}, {str(static_dir)!r}); "
+        "m.encode(texts, batch_size=64); "
+        "print(b.high_water_mib())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ
+    )
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def high_water_mib() -> float:
+    """This process's peak resident memory. Not ru_maxrss: Linux keeps the parent's peak
+    across fork + exec, so every child would report the benchmark's own peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def speed_texts(data_dir: str | None) -> list[str]:
+    """The first 10,000 distinct sentences of the STS suite (test splits, in suite order)."""
+    from demitasse.data import load_sts_suite
+
+    texts = [t for pairs in load_sts_suite(data_dir).values() for t in pairs.texts()]
+    return list(dict.fromkeys(texts))[:SPEED_TEXTS]
+
+
+def stsb_dev(encoder: object, data_dir: str) -> float:
+    pairs = load_stsb("dev", data_dir)
+    left, right = encoder.encode(pairs.sentences1), encoder.encode(pairs.sentences2)  # type: ignore[attr-defined]
+    return spearman_x100(np.sum(left * right, axis=1), pairs.scores)
+
+
+def evaluate(encoder: object, tasks: list, label: str) -> list[ResultRecord]:
+    records = evaluate_grid(
+        encoder,  # type: ignore[arg-type]
+        tasks,
+        specs=parse_compressor_specs("none"),
+        dims=[encoder.dim],  # type: ignore[attr-defined]
+        log=lambda message: print(f"[{label}] {message}", file=sys.stderr, flush=True),
+    )
+    for record in records:
+        record.method = label
+    return records
+
+
+def score(
+    records: list[ResultRecord],
+    method: str,
+    task: str,
+    dataset: str = "avg",
+    metric: str | None = None,
+) -> float:
+    found = [
+        r.score
+        for r in records
+        if (r.method, r.task, r.dataset) == (method, task, dataset) and metric in (None, r.metric)
+    ]
+    return found[0] if found else float("nan")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--max-sentences", type=int, default=250_000)
+    parser.add_argument("--harvest-limit", type=int, default=None)
+    parser.add_argument("--steps", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=3, help="throughput repetitions")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for every model")
+    parser.add_argument("--limit", type=int, default=None, help="smoke run: N texts per set")
+    parser.add_argument("--output", type=Path, default=None, help="results folder")
+    args = parser.parse_args()
+    args.data_dir = str(resolve_data_dir(args.data_dir))
+    started = time.perf_counter()
+
+    # The same thread budget for every model: torch's, and the Rust tokenizers' (rayon) pool,
+    # which every model here tokenises with; set before anything tokenises.
+    os.environ.setdefault("RAYON_NUM_THREADS", str(args.threads))
+    import torch
+
+    torch.set_num_threads(args.threads)
+    log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    teacher = load_encoder(TEACHER)
+    assert isinstance(teacher, TransformerEncoder)
+    recipe = StaticRecipe(
+        dim=DIM,
+        max_sentences=args.max_sentences,
+        harvest_limit=args.harvest_limit,
+        max_steps=args.steps,
+    )
+    corpus_dir = Path(args.data_dir) / "unlabeled" / "en"
+    stages = distill_static(teacher, corpus_dir, recipe=recipe, show_progress=True)
+    work = cache_root() / "static" / f"{teacher.name}-{len(stages.corpus)}"
+    static_dir = work / f"distilled-{DIM}"
+    stages.distilled.save(static_dir)
+    write_stage_summary(stages, work / "summary.json")
+    encoded_texts = [stages.corpus[i] for i in np.flatnonzero(stages.encoded)]
+    log(f"stages: {stages.seconds}")
+
+    # ---- ablation (Table 6), STS only ----------------------------------------------------------
+    sts = build_tasks(["sts"], args.data_dir, limit=args.limit)
+    sample = encoded_texts[: recipe.pca_sentences]
+    variants: dict[str, StaticModel] = {
+        "extracted (384-d, no PCA)": stages.extracted,
+        "word-level PCA, no ABTT": StaticPCA(DIM, abtt=0, fit_on="words")
+        .fit(stages.extracted)
+        .transform(stages.extracted),
+        "word-level PCA + ABTT": StaticPCA(DIM, fit_on="words")
+        .fit(stages.extracted)
+        .transform(stages.extracted),
+        "sentence-level PCA, no ABTT": StaticPCA(DIM, abtt=0)
+        .fit(stages.extracted, sample)
+        .transform(stages.extracted),
+        "sentence-level PCA + ABTT": stages.reduced,
+        "+ distillation (ours)": stages.distilled,
+    }
+    records: list[ResultRecord] = []
+    ablation_rows = []
+    for label, model in variants.items():
+        model.name = f"static-{TEACHER}"
+        found = evaluate(model, sts, label)
+        records += found
+        ablation_rows.append(
+            [label, model.dim, score(found, label, "sts"), stsb_dev(model, args.data_dir)]
+        )
+
+    # ---- peers on every task ---------------------------------------------------------------------
+    tasks = build_tasks(["sts", "classification", "retrieval"], args.data_dir, limit=args.limit)
+    m2v_started = time.perf_counter()
+    peers: dict[str, object] = {"ours": stages.distilled, "model2vec": model2vec_peer()}
+    m2v_seconds = time.perf_counter() - m2v_started
+    peers |= {"wordllama": wordllama_peer(), "teacher": teacher}
+    for label, encoder in peers.items():
+        records += evaluate(encoder, tasks, label)
+
+    # ---- the model2vec export gives our vectors in model2vec and in sentence-transformers --------
+    texts = speed_texts(args.data_dir)[: args.limit]
+    export_gap = export_check(stages.distilled, work / f"model2vec-{DIM}", texts)
+
+    # ---- cross-lingual: German words aligned to the English static model on Multi30k ---------
+    translation_rows, translation_s = cross_lingual(stages.distilled, teacher, args, records)
+
+    # ---- throughput (same process, same threads) and peak memory (a fresh process each) ----------
+    timed = {**peers, "teacher": load_encoder(TEACHER, cache=False, show_progress=False)}
+    speed: dict[str, float] = {}
+    memory: dict[str, float] = {}
+    for label, encoder in timed.items():
+        # The teacher takes minutes per pass on a shared CPU: two passes, the best kept.
+        repeats = min(2, args.repeats) if label == "teacher" else args.repeats
+        [record] = measure_encode_throughput(
+            encoder,  # type: ignore[arg-type]
+            texts,
+            layers=[encoder.num_layers],  # type: ignore[attr-defined]
+            repeats=repeats,
+            log=log,
+        )
+        memory[label] = peak_memory(label, args, static_dir)
+        record.method = label
+        record.extra["peak_rss_mib"] = memory[label]
+        speed[label] = record.score
+        records.append(record)
+    memory["none"] = peak_memory("none", args, static_dir)
+    for record in records:
+        record.extra.setdefault("teacher", TEACHER)
+    output = args.output or HERE / "results"
+    write_records(output / f"{NAME}.json", records)
+    plot = plot_speed(records, speed, output / f"{NAME}.png")
+    elapsed = time.perf_counter() - started
+    body = describe(args, stages, recipe, records, speed, memory, m2v_seconds, elapsed, plot)
+    gaps = ", ".join(f"{name} {gap:.1e}" for name, gap in export_gap.items())
+    body += (
+        f"\n\nExport: `export_model2vec` of our model, loaded back, on the {len(texts):,} "
+        f"throughput sentences: largest absolute difference to our vectors: {gaps}."
+    )
+    ablation = markdown_table(["stage (Table 6)", "dim", "STS avg (7)", "STS-B dev"], ablation_rows)
+    body += "\n\nAblation (Wada et al.'s Table 6), STS only:\n\n" + ablation
+    translation = markdown_table(["Multi30k test_2016_flickr", "de→en", "en→de"], translation_rows)
+    body += (
+        "\n\nCross-lingual (paper's Eq. 4): no multilingual teacher loads offline, so the "
+        "distilled English model is the fixed anchor; German words (seen ≥ 2 times in Multi30k "
+        "train) start as the mean of their WordPiece subwords' English vectors and are trained "
+        f"with in-batch InfoNCE on the 29,000 train pairs ({translation_s:.0f} s, early "
+        "stopping on the val split). Translation retrieval accuracy ×100 among 1,000 "
+        "candidates:\n\n" + translation
+    )
+    if args.limit is None:
+        update_section(HERE / "RESULTS.md", NAME, body)
+    print(body)
+    return 0
+
+
+def export_check(model: StaticModel, out: Path, texts: list[str]) -> dict[str, float]:
+    """Largest absolute difference to our vectors after loading the model2vec export."""
+    from model2vec import StaticModel as Model2VecModel
+    from sentence_transformers import SentenceTransformer
+
+    from demitasse.export import export_model2vec
+
+    export_model2vec(model, out)
+    ours = model.encode(texts)
+    loaded = {
+        "model2vec": Model2VecModel.from_pretrained(out).encode(texts),
+        "sentence-transformers": SentenceTransformer(str(out), device="cpu").encode(texts),
+    }
+    return {name: float(np.abs(vectors - ours).max()) for name, vectors in loaded.items()}
+
+
+def cross_lingual(english: StaticModel, teacher: TransformerEncoder, args, records) -> tuple:
+    """Translation retrieval on Multi30k test_2016_flickr (en–de), before and after alignment."""
+    from demitasse.data import load_multi30k
+    from demitasse.evaluation.translation import translation_accuracy
+    from demitasse.static.crosslingual import TranslationAligner, foreign_model
+
+    train = load_multi30k(args.data_dir, "train", limit=args.limit and 10 * args.limit)
+    valid = load_multi30k(args.data_dir, "val", limit=args.limit)
+    test = load_multi30k(args.data_dir, "test_2016_flickr", limit=args.limit)
+    started = time.perf_counter()
+    initial = foreign_model(english, train.target)
+    aligner = TranslationAligner(max_steps=3000, show_progress=True)
+    aligner.fit(initial, english, train, valid)
+    seconds = time.perf_counter() - started
+    gold = np.arange(len(test))
+    rows = []
+    variants = {
+        "teacher (English-only) on both sides": (teacher, teacher),
+        "ours, English model on both sides": (english, english),
+        "ours + German words, subword initialisation": (english, initial),
+        "ours + German words aligned (Eq. 4)": (english, aligner.model_),
+    }
+    for label, (english_side, german_side) in variants.items():
+        en = english_side.encode(test.source)
+        de = german_side.encode(test.target)
+        both = {
+            "de→en": translation_accuracy(de, en, gold),
+            "en→de": translation_accuracy(en, de, gold),
+        }
+        for dataset, value in both.items():
+            records.append(
+                ResultRecord(
+                    model=english_side.name,
+                    layer=english_side.num_layers,
+                    method=label,
+                    dim=english_side.dim,
+                    precision="float32",
+                    task="translation",
+                    dataset=f"multi30k-test_2016_flickr {dataset}",
+                    metric="accuracy",
+                    score=value,
+                    fit_data="multi30k-train (aligned rows only)",
+                )
+            )
+        rows.append([label, both["de→en"], both["en→de"]])
+    rows.append(
+        ["(alignment: best step / German vocabulary)", aligner.best_step_, len(initial.vectors)]
+    )
+    return rows, seconds
+
+
+ROWS = {
+    "ours": "ours: extraction + sentence PCA/ABTT + distillation (teacher MiniLM)",
+    "model2vec": "Model2Vec: distilled here (teacher MiniLM)",
+    "wordllama": "WordLlama l2_supercat: as shipped (its own training)",
+    "teacher": "all-MiniLM-L6-v2: the teacher",
+}
+
+
+def plot_speed(records: list[ResultRecord], speed: dict[str, float], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, rate in speed.items():
+        ax.scatter(rate, score(records, label, "sts"), s=40)
+        ax.annotate(ROWS[label].split(":")[0], (rate, score(records, label, "sts")), fontsize=8)
+    ax.set_xscale("log")
+    ax.margins(x=0.25)  # room for the labels of the rightmost points
+    ax.set_xlabel("sentences per second (10,000 STS sentences, 1 thread)")
+    ax.set_ylabel("STS average of 7 sets (Spearman ×100)")
+    ax.set_title("Static encoders vs their teacher")
+    ax.grid(alpha=0.3)
+    return save_figure(fig, path)
+
+
+def describe(args, stages, recipe, records, speed, memory, m2v_seconds, elapsed, plot) -> str:
+    sts_sets = [r.dataset for r in records if r.method == "teacher" and r.task == "sts"]
+    header = ["model", "dim", "STS avg", *sts_sets[:-1], "class. avg", "SciFact nDCG@10"]
+    header += ["sentences/s", "× teacher", "peak RSS MiB"]
+    rows = []
+    for label, title in ROWS.items():
+        dim = next(r.dim for r in records if r.method == label)
+        rows.append(
+            [
+                title,
+                dim,
+                score(records, label, "sts"),
+                *[score(records, label, "sts", name) for name in sts_sets[:-1]],
+                score(records, label, "classification"),
+                score(records, label, "retrieval", "SciFact", "ndcg@10"),
+                round(speed[label]),
+                f"{speed[label] / speed['teacher']:.0f}×",
+                round(memory[label]),
+            ]
+        )
+    seconds = stages.seconds
+    encoded = int(stages.encoded.sum())
+    command = "python benchmarks/static.py --data-dir ../shared/data"
+    for option in ("max_sentences", "harvest_limit", "steps"):
+        value = getattr(args, option)
+        if value is not None and value != {"max_sentences": 250_000, "steps": 10_000}.get(option):
+            command += f" --{option.replace('_', '-')} {value}"
+    m2v = f"{m2v_seconds:.0f} s"
+    if m2v_seconds < 5:  # loaded from the cache: report the distillation's own wall time
+        timing = cache_root() / "static" / f"model2vec-{TEACHER}-{DIM}" / "distill_seconds.txt"
+        m2v = f"{float(timing.read_text()):.0f} s (in an earlier run; reused from the cache)"
+    distiller = stages.distiller
+    shown = plot.relative_to(HERE.parent) if plot.is_relative_to(HERE.parent) else plot
+    return "\n".join(
+        [
+            "## Static sentence encoder distilled from all-MiniLM-L6-v2 (`static`)",
+            "",
+            f"Command: `{command}`  ",
+            f"Machine: {machine_description()}; torch threads {args.threads} for every model; "
+            f"wall time of this run {elapsed:.0f} s; it resumes the extraction from its "
+            "checkpoints in the cache, so the extraction's own wall time is given below "
+            "(shared CPU: another job was running).  ",
+            f"Recipe (Wada et al.): teacher {TEACHER} for every static row; vocabulary = the "
+            f"teacher's WordPiece tokens + corpus words seen ≥ {recipe.min_count} times in "
+            f"{len(stages.corpus):,} shuffled sentences of `unlabeled/en` "
+            f"({len(stages.extracted.vectors):,} entries); word vectors averaged over ≤ "
+            f"{recipe.max_occurrences} sentences, harvested from {encoded:,} sentences "
+            f"(sentences whose words all had {recipe.max_occurrences} vectors were skipped); "
+            f"unknown words → longest known prefix, then WordPiece subwords. Sentence-level PCA "
+            f"to {recipe.dim} dims dropping the top ⌊384/100⌋ = 3 components, fitted on "
+            f"{min(encoded, recipe.pca_sentences):,} corpus sentences. Distillation: in-batch "
+            f"similarity KL, temperature 0.05, batch {recipe.batch_size}, SparseAdam lr "
+            f"{recipe.learning_rate}, early stopping on a 2 % validation split of the corpus: "
+            f"best step {distiller.best_step_} of ≤ {recipe.max_steps}. No test set was used "
+            "for any choice.  ",
+            f"Wall time: extraction {seconds['extract']:.0f} s (2 torch threads, whole runs "
+            f"summed over resumptions), PCA {seconds['pca']:.0f} s, "
+            f"distillation {seconds['distill']:.0f} s (teacher embeddings from the extraction "
+            f"pass, via the embedding cache); Model2Vec distillation {m2v}.  ",
+            f"Throughput: {SPEED_TEXTS:,} distinct STS test sentences, best of "
+            f"{args.repeats} passes (teacher: 2), batch 64, in this process; peak RSS: a fresh "
+            f"process loading the model and encoding {MEMORY_TEXTS:,} of those sentences "
+            f"(the same process without a model: {memory['none']:.0f} MiB, mostly torch and "
+            "the benchmark's imports).",
+            "",
+            markdown_table(header, rows),
+            "",
+            f"Plot: `{shown}`.",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""A static sentence encoder: tokenise, look up word vectors, average, normalise.
+
+Inference is numpy plus the Rust ``tokenizers`` library: no torch, no transformer. The
+tokenizer is the teacher's WordPiece with the corpus words added to its vocabulary, so a known
+word is one vector and an unknown word falls back to its longest known prefix and then to
+subwords.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from demitasse.compress._arrays import one_line
+from demitasse.compress._persist import (
+    CONFIG_FILE,
+    check_version,
+    demitasse_version,
+    read_saved,
+    require,
+    write_saved,
+)
+from demitasse.errors import DataError, DemitasseError
+
+METHOD = "static"
+FORMAT_VERSION = 1
+TOKENIZER_FILE = "tokenizer.json"
+# Texts per tokenizer call and per gather: the batch_size of the Encoder protocol is meant for
+# transformer forward passes; a lookup table needs bigger blocks to amortise Python overhead.
+BLOCK_TEXTS = 2048
+
+
+class StaticModel:
+    """Sentence vector = normalised mean of the texts' token vectors (an :class:`Encoder`).
+
+    ``vectors[i]`` is the vector of the tokenizer's token id ``i``. The unknown token is
+    dropped before averaging (as model2vec does); a text without tokens gets the zero vector.
+    """
+
+    num_layers = 1
+
+    def __init__(
+        self,
+        vectors: np.ndarray,
+        tokenizer: Tokenizer,
+        *,
+        name: str = "static",
+        normalize: bool = True,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2:
+            raise DemitasseError(f"static vectors must be a matrix, got shape {vectors.shape}")
+        vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+        if vocab_size > len(vectors):
+            raise DemitasseError(
+                f"the tokenizer has {vocab_size} tokens but there are only {len(vectors)} vectors"
+            )
+        self.vectors = vectors
+        self.tokenizer = tokenizer
+        self.name = name
+        self.normalize = normalize
+        self.metadata = dict(metadata or {})
+        self.unk_id = _unk_id(tokenizer)
+
+    @property
+    def dim(self) -> int:
+        return int(self.vectors.shape[1])
+
+    def __repr__(self) -> str:
+        return f"StaticModel({self.name!r}, vocabulary={len(self.vectors)}, dim={self.dim})"
+
+    # ---- encoding ------------------------------------------------------------------------------
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text, unknown tokens removed."""
+        encodings = self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
+        if self.unk_id is None:
+            return [encoding.ids for encoding in encodings]
+        return [[i for i in encoding.ids if i != self.unk_id] for encoding in encodings]
+
+    def encode(
+        self, texts: Sequence[str], layer: int | None = None, batch_size: int = 32
+    ) -> np.ndarray:
+        if isinstance(texts, str):
+            raise DataError("encode expects a list of texts, not a single string")
+        if layer not in (None, 1):
+            raise DemitasseError(f"layer {layer} does not exist: a static model has one layer")
+        texts = [str(t) for t in texts]
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for start in range(0, len(texts), BLOCK_TEXTS):
+            ids = self.token_ids(texts[start : start + BLOCK_TEXTS])
+            out[start : start + len(ids)] = mean_vectors(self.vectors, ids)
+        if self.normalize:
+            norms = np.linalg.norm(out, axis=1, keepdims=True)
+            out /= np.maximum(norms, 1e-12)
+        return out
+
+    def encode_layers(
+        self, texts: Sequence[str], layers: Sequence[int] | None = None, batch_size: int = 32
+    ) -> dict[int, np.ndarray]:
+        if layers is not None and any(int(layer) != 1 for layer in layers):
+            raise DemitasseError("a static model has one layer (1)")
+        return {1: self.encode(texts, batch_size=batch_size)}
+
+    # ---- persistence ---------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> Path:
+        """Write ``config.json``, ``state.safetensors`` and ``tokenizer.json`` atomically."""
+        config = {
+            "method": METHOD,
+            "version": FORMAT_VERSION,
+            "demitasse_version": demitasse_version(),
+            "name": self.name,
+            "dim": self.dim,
+            "vocabulary_size": len(self.vectors),
+            "normalize": self.normalize,
+            "metadata": self.metadata,
+        }
+        write_saved(
+            path,
+            config,
+            {"vectors": self.vectors},
+            text_files={TOKENIZER_FILE: self.tokenizer.to_str()},
+        )
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> StaticModel:
+        config, arrays = read_saved(path, "static model")
+        if config.get("method") != METHOD:
+            raise DemitasseError(
+                f"{path} is not a saved static model (method {config.get('method')!r})"
+            )
+        check_version(require(config, "version", "int", path), FORMAT_VERSION, METHOD, path)
+        dim = require(config, "dim", "int", path)
+        size = require(config, "vocabulary_size", "int", path)
+        vectors = arrays.get("vectors")
+        if vectors is None or vectors.shape != (size, dim):
+            raise DemitasseError(f"{path}: vectors do not match {CONFIG_FILE} ({size} × {dim})")
+        try:
+            tokenizer = Tokenizer.from_file(str(Path(path) / TOKENIZER_FILE))
+        except Exception as exc:  # tokenizers raises plain Exceptions
+            raise DemitasseError(f"{path}: cannot read {TOKENIZER_FILE}: {one_line(exc)}") from None
+        return cls(
+            vectors,
+            tokenizer,
+            name=require(config, "name", "str", path),
+            normalize=require(config, "normalize", "bool", path),
+            metadata=config.get("metadata") or {},
+        )
+
+
+def is_static_model_dir(path: str | Path) -> bool:
+    """Whether ``path`` holds a model saved by :meth:`StaticModel.save`."""
+    config = Path(path) / CONFIG_FILE
+    if not config.is_file():
+        return False
+    try:
+        return json.loads(config.read_text(encoding="utf-8")).get("method") == METHOD
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def mean_vectors(vectors: np.ndarray, ids: Sequence[Sequence[int]]) -> np.ndarray:
+    """Row ``i`` = mean of ``vectors[ids[i]]``; zeros where ``ids[i]`` is empty."""
+    lengths = np.fromiter((len(row) for row in ids), dtype=np.int64, count=len(ids))
+    out = np.zeros((len(ids), vectors.shape[1]), dtype=np.float32)
+    filled = np.flatnonzero(lengths)
+    if len(filled) == 0:
+        return out
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=lengths.sum())
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])[filled]
+    # Empty rows add no tokens, so consecutive non-empty starts bound exactly one row each.
+    out[filled] = np.add.reduceat(vectors[flat], starts, axis=0) / lengths[filled, None]
+    return out
+
+
+def _unk_id(tokenizer: Tokenizer) -> int | None:
+    model = json.loads(tokenizer.to_str()).get("model", {})
+    token = model.get("unk_token")
+    return None if token is None else tokenizer.token_to_id(token)

@@ -1,0 +1,235 @@
+"""Static sentence encoder: extraction, PCA with ABTT, distillation, persistence, export, CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from demitasse.cli import main
+from demitasse.encoders import TransformerEncoder, load_encoder
+from demitasse.errors import DemitasseError
+from demitasse.export import export_model2vec
+from demitasse.static import StaticModel
+from demitasse.static.distill import SimilarityDistiller, similarity_distribution_loss
+from demitasse.static.extract import WordVectorExtractor
+from demitasse.static.pca import StaticPCA, sentence_vectors
+from tests.helpers import WORDS, build_tiny_model
+
+PIECES = ["sing", "##ing", "##er", "##s"]
+CORPUS = [
+    "the man is singing guitar",
+    "a dog is singing in the park",
+    "the cat sits on the mat",
+    "a child plays piano",
+    "the girl is singing piano in the park",
+    "a boy and a dog are running",
+]
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory: pytest.TempPathFactory) -> TransformerEncoder:
+    directory = tmp_path_factory.mktemp("static-teacher")
+    path = build_tiny_model(directory, layers=2, hidden=32, words=[*WORDS, *PIECES])
+    encoder = load_encoder(path, cache=True, cache_dir=directory / "cache", device="cpu")
+    assert isinstance(encoder, TransformerEncoder)
+    return encoder
+
+
+@pytest.fixture(scope="module")
+def extractor(teacher: TransformerEncoder) -> WordVectorExtractor:
+    # One sentence per chunk: sentences are harvested in corpus order, which the test follows.
+    settings = {"max_occurrences": 2, "min_count": 2, "batch_size": 4, "chunk_size": 1}
+    return WordVectorExtractor(**settings).fit(teacher, CORPUS)
+
+
+def _token_states(teacher: TransformerEncoder, sentence: str) -> tuple[list[str], np.ndarray]:
+    features = teacher.features([sentence])
+    with torch.inference_mode():
+        hidden = teacher.model(**dict(features)).last_hidden_state[0].numpy()
+    return features.encodings[0].tokens, hidden
+
+
+def test_extraction_averages_each_words_subword_states_over_its_first_sentences(
+    teacher: TransformerEncoder, extractor: WordVectorExtractor
+) -> None:
+    # "singing" (sing ##ing) is a frequent corpus word, so it joins the vocabulary; with
+    # max_occurrences=2 it averages the sentences it is first seen in (corpus order).
+    assert "singing" in extractor.vocabulary_
+    expected = []
+    for sentence in [s for s in CORPUS if "singing" in s][:2]:
+        tokens, hidden = _token_states(teacher, sentence)
+        start = tokens.index("sing")
+        assert tokens[start + 1] == "##ing"
+        expected.append(hidden[start : start + 2].mean(axis=0))
+    row = extractor.vocabulary_.index("singing")
+    np.testing.assert_allclose(extractor.vectors_[row], np.mean(expected, axis=0), atol=1e-5)
+    assert extractor.occurrences_[row] == 2
+
+    tokens, hidden = _token_states(teacher, CORPUS[2])  # "mat" occurs once
+    np.testing.assert_allclose(
+        extractor.vectors_[extractor.vocabulary_.index("mat")],
+        hidden[tokens.index("mat")],
+        atol=1e-5,
+    )
+
+
+def test_extraction_stores_the_teacher_sentence_embeddings_in_its_cache(
+    teacher: TransformerEncoder, extractor: WordVectorExtractor
+) -> None:
+    assert extractor.encoded_.all()
+    last = teacher.num_layers
+    assert teacher._cache is not None
+    assert teacher._cache.fill(CORPUS, {last: np.empty((len(CORPUS), teacher.dim))}) == []
+    cached = teacher.encode(CORPUS)
+    teacher_uncached = load_encoder(teacher.path, cache=False, device="cpu")
+    np.testing.assert_allclose(cached, teacher_uncached.encode(CORPUS), atol=1e-5)
+
+
+def test_unknown_words_fall_back_to_the_longest_known_prefix_then_subwords(
+    extractor: WordVectorExtractor,
+) -> None:
+    model = extractor.to_model("tiny")
+    vocabulary = extractor.vocabulary_
+    [singing], [singers] = model.token_ids(["singing"]), model.token_ids(["singers"])
+    assert [vocabulary[i] for i in singing] == ["singing"]  # a known word is one vector
+    assert [vocabulary[i] for i in singers] == ["sing", "##er", "##s"]
+    mean = model.vectors[singers].mean(axis=0)
+    np.testing.assert_allclose(model.encode(["singers"])[0], mean / np.linalg.norm(mean), rtol=1e-5)
+    # Characters the teacher cannot spell are dropped, as model2vec drops its unknown token.
+    np.testing.assert_allclose(model.encode(["dog ©"]), model.encode(["dog"]))
+    assert not model.encode([""]).any()
+
+
+def test_checkpointed_extraction_resumes_to_the_same_vectors(
+    teacher: TransformerEncoder, extractor: WordVectorExtractor, tmp_path: Path
+) -> None:
+    settings = {"max_occurrences": 2, "min_count": 2, "batch_size": 4, "chunk_size": 1}
+    partial = WordVectorExtractor(**settings, harvest_limit=2, checkpoint_dir=tmp_path)
+    partial.fit(teacher, CORPUS)
+    assert partial.encoded_.tolist() == [True, True] + [False] * 4
+    resumed = WordVectorExtractor(**settings, checkpoint_dir=tmp_path).fit(teacher, CORPUS)
+    np.testing.assert_allclose(resumed.vectors_, extractor.vectors_, atol=1e-5)
+    assert not list(tmp_path.glob("*.pkl"))
+
+
+def test_sentence_level_pca_with_abtt_projects_sentence_vectors_exactly(
+    extractor: WordVectorExtractor,
+) -> None:
+    model = extractor.to_model("tiny")
+    pca = StaticPCA(dim=8, abtt=1).fit(model, CORPUS)
+    reduced = pca.transform(model)
+    assert reduced.dim == 8 and pca.abtt_ == 1
+    # Averaging commutes with centring + projection: reducing the words reduces the sentences.
+    expected = pca.pca_.transform(sentence_vectors(model, CORPUS))
+    np.testing.assert_allclose(sentence_vectors(reduced, CORPUS), expected, atol=1e-5)
+    # ABTT keeps components 2..9 of the sentence vectors' PCA.
+    full = StaticPCA(dim=9, abtt=0).fit(model, CORPUS).pca_
+    np.testing.assert_allclose(
+        np.abs(pca.pca_.components_), np.abs(full.components_[1:]), atol=1e-6
+    )
+    assert StaticPCA(dim=4).fit(model, CORPUS).abtt_ == 0  # ⌊32 / 100⌋
+    words = StaticPCA(dim=8, abtt=1, fit_on="words").fit(model)
+    assert words.pca_.n_fit_samples_ == int(np.any(model.vectors != 0, axis=1).sum())
+    with pytest.raises(DemitasseError, match="fit_on"):
+        StaticPCA(fit_on="tokens").fit(model, CORPUS)
+
+
+def test_similarity_distribution_loss_is_zero_on_the_teacher_and_positive_elsewhere() -> None:
+    generator = torch.Generator().manual_seed(0)
+    teacher = torch.randn(16, 8, generator=generator)
+    assert float(similarity_distribution_loss(teacher, teacher)) == pytest.approx(0.0, abs=1e-6)
+    assert float(similarity_distribution_loss(torch.randn(16, 8, generator=generator), teacher)) > 0
+
+
+def test_distillation_lowers_the_validation_loss(extractor: WordVectorExtractor) -> None:
+    model = extractor.to_model("tiny")
+    rng = np.random.default_rng(0)
+    words = ["man", "woman", "dog", "cat", "guitar", "piano", "park", "food", "car", "mat"]
+    texts = [" ".join(rng.choice(words, size=4)) for _ in range(512)]
+    # A teacher whose sentence vector is a fixed random function of the words it contains.
+    word_targets = {w: rng.standard_normal(16) for w in words}
+    targets = np.stack([sum(word_targets[w] for w in t.split()) for t in texts]).astype(np.float32)
+    distiller = SimilarityDistiller(
+        batch_size=32, max_steps=200, eval_every=50, learning_rate=0.05, patience=10
+    ).fit(model, texts, targets)
+    losses = [entry["validation_loss"] for entry in distiller.history_]
+    assert distiller.best_validation_loss_ < 0.5 * losses[0]
+    assert distiller.model_.vectors.shape == model.vectors.shape
+    assert not np.allclose(distiller.model_.vectors, model.vectors)
+
+
+def test_save_load_roundtrip_and_load_encoder(
+    extractor: WordVectorExtractor, tmp_path: Path
+) -> None:
+    model = extractor.to_model("tiny")
+    model.metadata["teacher"] = "tiny-bert"
+    model.save(tmp_path / "static")
+    loaded = load_encoder(tmp_path / "static")
+    assert isinstance(loaded, StaticModel)
+    assert (loaded.name, loaded.dim, loaded.num_layers) == ("tiny", 32, 1)
+    np.testing.assert_array_equal(loaded.encode(CORPUS), model.encode(CORPUS))
+    assert loaded.encode_layers(CORPUS[:2])[1].shape == (2, 32)
+    assert loaded.metadata["teacher"] == "tiny-bert"
+    with pytest.raises(DemitasseError, match="one layer"):
+        loaded.encode(CORPUS, layer=2)
+
+
+def test_model2vec_and_sentence_transformers_load_the_export_with_equal_vectors(
+    extractor: WordVectorExtractor, tmp_path: Path
+) -> None:
+    from model2vec import StaticModel as Model2VecModel
+    from sentence_transformers import SentenceTransformer
+
+    model = extractor.to_model("tiny")
+    out = export_model2vec(model, tmp_path / "m2v")
+    texts = [*CORPUS, "singers are unknown", "SINGING Guitar!"]
+    ours = model.encode(texts)
+    np.testing.assert_allclose(Model2VecModel.from_pretrained(out).encode(texts), ours, atol=1e-6)
+    st = SentenceTransformer(str(out), device="cpu")
+    np.testing.assert_allclose(st.encode(texts), ours, atol=1e-6)
+
+
+def test_cli_distill_static_rejects_bad_input_with_exit_code_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["distill-static", "--corpus", str(tmp_path / "missing.txt"), "--out", str(tmp_path)]
+    )
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("demitasse: error:") and "\n" not in err
+    assert main(["distill-static", "--corpus", str(tmp_path), "--out", "x", "--dim", "0"]) == 2
+
+
+def test_cross_lingual_alignment_finds_translations_it_could_not_before(
+    extractor: WordVectorExtractor,
+) -> None:
+    from demitasse.data.parallel import ParallelTexts
+    from demitasse.evaluation.translation import translation_accuracy
+    from demitasse.static.crosslingual import TranslationAligner, foreign_model
+
+    english = extractor.to_model("tiny")
+    words = ["man", "woman", "dog", "cat", "guitar", "piano", "park", "food", "car", "mat", "boy"]
+    # An invented language whose words look like the English word for something else.
+    foreign_word = {w: words[(i + 1) % len(words)] + "s" for i, w in enumerate(words)}
+    rng = np.random.default_rng(0)
+    source = list(dict.fromkeys(" ".join(rng.choice(words, size=4)) for _ in range(700)))
+    target = [" ".join(foreign_word[w] for w in s.split()) for s in source]
+    train = ParallelTexts("train", source[:500], target[:500], "en", "xx")
+    valid = ParallelTexts("valid", source[500:], target[500:], "en", "xx")
+    foreign = foreign_model(english, train.target, min_count=2)
+    [[own]], [pieces] = foreign.token_ids(["dogs"]), english.token_ids(["dogs"])
+    assert len(pieces) == 2  # English knows "dogs" only as dog + ##s; the foreign model has it
+    np.testing.assert_allclose(foreign.vectors[own], english.vectors[pieces].mean(axis=0))
+
+    def accuracy(model: StaticModel) -> float:
+        gold = np.arange(len(valid))
+        return translation_accuracy(model.encode(valid.target), english.encode(valid.source), gold)
+
+    before = accuracy(foreign)
+    aligner = TranslationAligner(batch_size=32, max_steps=300, eval_every=100, learning_rate=0.05)
+    after = accuracy(aligner.fit(foreign, english, train, valid).model_)
+    assert after > max(50.0, before + 20.0)
