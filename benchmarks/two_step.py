@@ -25,7 +25,6 @@ from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from demitasse.compress import load_compressor, make_compressor
 from demitasse.data import (
@@ -363,7 +362,6 @@ def main() -> int:
     )
     update_section(HERE / "RESULTS.md", args.results_name, body)
     print(body)
-    torch.cuda.empty_cache()
     return 0
 
 
