@@ -35,7 +35,7 @@ from demitasse.data import (
     read_texts,
     resolve_data_dir,
 )
-from demitasse.encoders import load_encoder
+from demitasse.encoders import Encoder, load_encoder
 from demitasse.encoders.resolve import cache_root
 from demitasse.evaluation import (
     ClassificationTask,
@@ -206,27 +206,33 @@ def main() -> int:
     full_dim = max(end_to_end)
     log(f"encoder_opt: d={encoder_dim}; step-2 pooler lr {pooler_lr:g}")
 
+    encoders: dict[Path | str, Encoder] = {}
     vectors: dict[Path | str, np.ndarray] = {}
+
+    def encoder_of(model_dir: Path | str) -> Encoder:
+        if model_dir not in encoders:
+            encoders[model_dir] = load_encoder(model_dir, cache=False)
+        return encoders[model_dir]
 
     def encoded(model_dir: Path | str) -> np.ndarray:
         if model_dir not in vectors:
             log(f"encoding {len(eval_texts)} texts with {model_dir}")
-            encoder = load_encoder(model_dir, cache=False)
+            encoder = encoder_of(model_dir)
             vectors[model_dir] = encoder.encode(eval_texts, batch_size=args.encode_batch_size)
         return vectors[model_dir]
 
     def pooled(pooler_dir: Path, encoder_dir: Path) -> np.ndarray:
         return load_compressor(pooler_dir / POOLER_DIR).transform(encoded(encoder_dir))
 
-    base_name = load_encoder(args.model, cache=False).name
+    base_name = encoder_of(args.model).name
     trained_name = f"{base_name}+{args.objective}"
     trained_base = end_to_end[full_dim]
     jobs: list[tuple[str, str, np.ndarray]] = [
         ("none", base_name, encoded(args.model)),
         ("none", trained_name, encoded(trained_base)),
     ]
-    fit_trained = load_encoder(trained_base, cache=False).encode(fit_texts)
-    fit_untrained = load_encoder(args.model, cache=False).encode(fit_texts)
+    fit_trained = encoder_of(trained_base).encode(fit_texts)
+    fit_untrained = encoder_of(args.model).encode(fit_texts)
     for d in targets:
         for method in MANIFOLDS:
             compressor = make_compressor(method, dim=d).fit(fit_trained)

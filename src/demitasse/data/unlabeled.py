@@ -6,7 +6,7 @@ import random
 from collections.abc import Collection
 from pathlib import Path
 
-from demitasse.data.files import read_texts
+from demitasse.data.files import read_corpus
 from demitasse.data.paths import resolve_data_dir
 from demitasse.errors import DataError
 
@@ -21,13 +21,9 @@ def load_unlabeled(
     """``n`` distinct sentences of at least ``min_words`` words (all of them when ``n`` is
     None), none of them in ``exclude``, in a shuffled order fixed by ``seed``."""
     folder = resolve_data_dir(data_dir) / "unlabeled" / "en"
-    paths = sorted(folder.glob("*.txt.gz"))
-    if not paths:
+    if not any(folder.glob("*.txt.gz")):
         raise DataError(f"no unlabeled corpora (*.txt.gz) in {folder}")
-    texts: list[str] = []
-    for path in paths:
-        texts.extend(read_texts(path))
     excluded = set(exclude)
-    pool = [t for t in dict.fromkeys(texts) if t not in excluded and len(t.split()) >= min_words]
+    pool = [t for t in read_corpus(folder) if t not in excluded and len(t.split()) >= min_words]
     random.Random(seed).shuffle(pool)
     return pool if n is None else pool[:n]
