@@ -102,6 +102,29 @@ def test_smrl_freezes_finished_stages(monkeypatch: pytest.MonkeyPatch) -> None:
     assert same(snapshots[1][0], stage_state(model, 0))
 
 
+def test_a_later_stage_starts_as_the_prefix_of_the_previous_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    starts: list[tuple[torch.Tensor, torch.Tensor]] = []
+    original = SMEC._train_group
+
+    def recording(self: SMEC, frozen: list, trained: list, *tensors: torch.Tensor) -> None:
+        original(self, frozen, trained, *tensors)
+        H, U, _ = tensors
+        if frozen:
+            # Re-initialise a copy of the stage just trained: untrained, it must pass through.
+            stage = self._build_network()[len(frozen)]
+            self._init_stage(stage, H, first=False)
+            with torch.no_grad():
+                starts.append((stage.eval()(H, U), H[:, : stage.d_out]))
+
+    monkeypatch.setattr(SMEC, "_train_group", recording)
+    SMEC(dim=16, min_dim=4, xbm=False, **FAST).fit(correlated())
+    assert len(starts) == 2
+    for output, prefix in starts:
+        torch.testing.assert_close(output, prefix)
+
+
 def test_parallel_training_trains_all_stages_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
     original = SMEC._train_group

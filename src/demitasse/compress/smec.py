@@ -4,9 +4,12 @@ Three parts, each switchable for ablation:
 
 * **SMRL** (``smrl``): the compressor is a chain of stages ``D → d₁ → d₂ → …`` along halvings of
   the width. Stage s is trained alone, on the frozen output of stage s−1, until its validation
-  loss stops improving; then it is frozen and the next stage starts. ``extend`` adds stages to
-  a fitted (or loaded) compressor without retraining the old ones. ``smrl=False`` trains all
-  stages at once with the losses of every width summed, as parallel Matryoshka training does.
+  loss stops improving; then it is frozen and the next stage starts. Each stage is trained at
+  its own width and at every halving of it down to ``min_dim`` (its prefixes), and a later
+  stage starts as a pass-through of the previous stage's prefix, so it continues from the
+  previous width's solution. ``extend`` adds stages to a fitted (or loaded) compressor without
+  retraining the old ones. ``smrl=False`` trains all stages at once with the losses of every
+  stage summed, as parallel Matryoshka training does.
 * **ADS** (``ads``): each stage has learnable importance logits over its input dimensions. In
   training a selection of ``d_s`` dimensions is sampled by Gumbel top-k (hard in the forward
   pass); the logits learn through the relaxed sample (each input's sigmoid distance to the
@@ -14,21 +17,22 @@ Three parts, each switchable for ablation:
   similarity term that trains only the logits. At inference the top-``d_s`` logits are taken.
   Of the previous stage's output only the selected dimensions feed the stage's reduction
   ``linear(v) + mlp([v, u])`` (v: the masked input, u: the rotated backbone embedding, which
-  every stage may read; the linear part starts on the input's principal axes, the MLP at
-  zero). ``ads=False`` always selects the first ``d_s``.
+  every stage may read; the MLP starts at zero). ``ads=False`` always selects the first ``d_s``.
 * **S-XBM** (``xbm``): a FIFO queue of frozen-backbone embeddings from earlier batches
-  (``memory_size``, default 5000, no gradients held), stored with their compressed vectors as
-  computed when they were queued. Each sample's ``topk`` most similar stored embeddings are
-  retrieved and the similarity gap between original and compressed vectors over those pairs
-  is added to the loss.
+  (``memory_size``, default 5000, no gradients held). Each sample's ``topk`` most similar
+  stored embeddings are retrieved, compressed by the current stages (the backbone is frozen,
+  so a stored embedding never goes stale, and the compressor is cheap to run again), and the
+  similarity gap between original and compressed vectors over those pairs is added to the
+  loss, on top of the in-batch terms.
 
 With ``record_gradients=True``, ``history_`` lists per-step gradient statistics of the trained
 stages (loss, squared gradient norms, gradient variance over windows of steps) for analyses
 such as sequential vs parallel training; the fitted compressor is the same either way.
 
-Loss of a stage (fixed weights): in-batch all-pairs similarity gap + top-k gap (in-batch
-neighbours, or memory neighbours once the queue holds enough) + ``cosent_weight`` × CoSENT on
-scored pairs + ``rank_weight`` × Search-Adaptor rank loss on query–document relevance.
+Loss of a stage (fixed weights), averaged over its prefix widths: in-batch all-pairs similarity
+gap + in-batch top-k neighbour gap (+ memory neighbour gap with S-XBM); plus ``cosent_weight``
+× CoSENT on scored pairs and ``rank_weight`` × Search-Adaptor rank loss on query–document
+relevance, at each stage's width.
 """
 
 # ruff: noqa: N803, N806  (scikit-learn convention: matrices are capitalised)
@@ -47,9 +51,13 @@ from demitasse.errors import CompressorError
 if TYPE_CHECKING:
     import torch
 
-# Logits of a stage on rotated inputs start at (standardised log-variance) × this: the top
-# principal axes are selected first, and training can still overturn the prior.
-_VARIANCE_PRIOR_SCALE = 2.0
+# Importance logits start at a standardised prior (log-variance or position) × this: the
+# prior's top dimensions are selected first, and training can still overturn it.
+_PRIOR_SCALE = 2.0
+
+
+def _standardised(values: torch.Tensor) -> torch.Tensor:
+    return (values - values.mean()) / values.std().clamp_min(1e-6)
 
 
 class EmbeddingMemory:
@@ -335,11 +343,16 @@ class SMEC(LearnedCompressor):
         else:
             self._train_group(stages[:first], stages[first:], H, U, X)
 
-    def _init_stage(self, stage: Any, H: torch.Tensor) -> None:
-        """ADS stages start from the principal axes of their input (and a variance prior).
+    def _init_stage(self, stage: Any, H: torch.Tensor, first: bool) -> None:
+        """Initial importance logits and linear reduction of an ADS stage.
 
-        The linear reduction then weighs every input dimension, so the importance logits get a
-        gradient for dimensions that are not selected yet (a zero column would give none).
+        The first stage starts from the principal axes of its input (and a log-variance prior
+        on the logits): the linear reduction then weighs every input dimension, so the logits
+        get a gradient for dimensions that are not selected yet (a zero column would give
+        none). A later stage reads a previous stage's output, trained so that every prefix
+        works: it starts as a pass-through of that prefix (position prior, identity on the
+        selected inputs, MLP at zero), so training continues from the previous width's
+        solution instead of from scratch.
         """
         import torch
 
@@ -347,6 +360,13 @@ class SMEC(LearnedCompressor):
             return
         with torch.no_grad():
             rows = H[self._train_rows]
+            if not first:
+                position = -torch.arange(stage.logits.numel(), dtype=rows.dtype, device=rows.device)
+                stage.logits.copy_(_standardised(position) * _PRIOR_SCALE)
+                passthrough = torch.zeros_like(stage.linear.weight)
+                passthrough[torch.arange(stage.d_out), stage.selected()] = 1.0
+                stage.linear.weight.copy_(passthrough)
+                return
             centred = rows - rows.mean(dim=0)
             cov = (centred.T @ centred / max(1, len(rows) - 1)).double()
             eigenvalues, eigenvectors = torch.linalg.eigh(cov)
@@ -356,8 +376,7 @@ class SMEC(LearnedCompressor):
             stage.linear.weight.copy_(axes.to(stage.linear.weight.dtype))
             if self.ads_prior == "variance":
                 log_var = rows.var(dim=0).clamp_min(1e-12).log()
-                scaled = (log_var - log_var.mean()) / log_var.std().clamp_min(1e-6)
-                stage.logits.copy_(scaled * _VARIANCE_PRIOR_SCALE)
+                stage.logits.copy_(_standardised(log_var) * _PRIOR_SCALE)
 
     def _train_group(
         self,
@@ -380,7 +399,7 @@ class SMEC(LearnedCompressor):
             h = H
             previous = frozen[-1] if frozen else None
             for stage in trained:
-                self._init_stage(stage, h)
+                self._init_stage(stage, h, first=previous is None)
                 if previous is not None:
                     # Features of the backbone embedding carry over from the previous width:
                     # start the new stage's MLP from them rather than from scratch.
@@ -407,30 +426,43 @@ class SMEC(LearnedCompressor):
             return chain(h, u)
 
         def batch_loss(rows: torch.Tensor, training: bool) -> torch.Tensor:
-            x, h = X[rows], H[rows]
-            outputs = chain(h, U[rows])
+            rows = rows.to(X.device)  # stored in the memory and concatenated with its rows
+            x = X[rows]
             use_memory = training and memory is not None and len(memory) >= k
-            terms = []
-            for stage, reduced in zip(trained, outputs, strict=True):
-                term = pairwise_similarity_loss(x, reduced)
-                if not use_memory:
-                    term = term + topk_similarity_loss(x, reduced, k)
-                if stage.soft_output is not None:  # ADS: trains the importance logits only
-                    term = term + pairwise_similarity_loss(x, stage.soft_output)
-                terms.append(term)
             if use_memory:
                 assert memory is not None
-                stored_x, *stored_outputs = memory.stored()  # rows of unit length
+                stored_x, stored_rows = memory.stored()  # rows of unit length, fit-row indices
                 nearest = (torch.nn.functional.normalize(x, dim=1) @ stored_x.T).topk(k).indices
-                for i, reduced in enumerate(outputs):
-                    terms[i] = terms[i] + neighbour_similarity_loss(
-                        x, reduced, stored_x[nearest], stored_outputs[i][nearest]
-                    )
+                # The backbone is frozen, so a stored embedding never goes stale: neighbours are
+                # compressed again by the current stages, in the same pass (same ADS sample).
+                extra, where = stored_rows[nearest].unique(return_inverse=True)
+                everything = torch.cat([rows, extra])
+                outputs = chain(H[everything], U[everything])
+                neighbour_outputs = [out[len(rows) :][where] for out in outputs]
+                outputs = [out[: len(rows)] for out in outputs]
+            else:
+                outputs = chain(H[rows], U[rows])
+            terms = []
+            for index, (stage, reduced) in enumerate(zip(trained, outputs, strict=True)):
+                widths = self._prefix_widths(stage.d_out)
+                parts = [pairwise_similarity_loss(x, reduced[:, :w]) for w in widths]
+                parts += [topk_similarity_loss(x, reduced[:, :w], k) for w in widths]
+                if use_memory:
+                    neighbours = neighbour_outputs[index]
+                    parts += [
+                        neighbour_similarity_loss(
+                            x, reduced[:, :w], stored_x[nearest], neighbours[..., :w]
+                        )
+                        for w in widths
+                    ]
+                term = torch.stack(parts).sum() / len(widths)
+                if stage.soft_output is not None:  # ADS: trains the importance logits only
+                    soft = stage.soft_output[: len(rows)]
+                    term = term + pairwise_similarity_loss(x, soft)
+                terms.append(term)
             loss = torch.stack(terms).mean() + self.supervised_loss(from_rotated, training)
             if training and memory is not None:
-                # As in XBM, neighbours keep the compressed vectors computed when they were
-                # stored (a few steps stale) instead of being recomputed at every step.
-                memory.push(torch.nn.functional.normalize(x, dim=1), *outputs)
+                memory.push(torch.nn.functional.normalize(x, dim=1), rows)
             return loss
 
         groups: list[dict[str, Any]] = []
@@ -448,6 +480,10 @@ class SMEC(LearnedCompressor):
                 )
         widths = "→".join(str(s.d_out) for s in trained)
         self.run_training(trained, groups, batch_loss, f"smec: stage {widths}")
+
+    def _prefix_widths(self, width: int) -> list[int]:
+        """Widths a stage of output ``width`` is trained at: its own and its halvings."""
+        return halving_dims(width, min(int(self.min_dim), width))
 
     # ---- resume ------------------------------------------------------------------------------
 
