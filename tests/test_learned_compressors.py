@@ -114,12 +114,12 @@ def test_a_later_stage_starts_as_the_prefix_of_the_previous_one(
         if frozen:
             # Re-initialise a copy of the stage just trained: untrained, it must pass through.
             stage = self._build_network()[len(frozen)]
-            self._init_stage(stage, H, first=False)
+            self._init_stage(stage, H, passthrough=True)
             with torch.no_grad():
                 starts.append((stage.eval()(H, U), H[:, : stage.d_out]))
 
     monkeypatch.setattr(SMEC, "_train_group", recording)
-    SMEC(dim=16, min_dim=4, xbm=False, **FAST).fit(correlated())
+    SMEC(dim=16, min_dim=4, xbm=False, nested_stages=True, **FAST).fit(correlated())
     assert len(starts) == 2
     for output, prefix in starts:
         torch.testing.assert_close(output, prefix)
@@ -136,6 +136,30 @@ def test_parallel_training_trains_all_stages_at_once(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(SMEC, "_train_group", recording)
     SMEC(dim=16, min_dim=4, smrl=False, ads=False, xbm=False, **FAST).fit(correlated())
     assert calls == [3]
+
+
+@pytest.mark.parametrize("refresh", [False, True])
+def test_memory_holds_stale_outputs_or_row_indices(
+    refresh: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pushed: list[tuple[torch.Tensor, ...]] = []
+    original = EmbeddingMemory.push
+
+    def recording(self: EmbeddingMemory, *tensors: torch.Tensor) -> None:
+        pushed.append(tensors)
+        original(self, *tensors)
+
+    monkeypatch.setattr(EmbeddingMemory, "push", recording)
+    settings = FAST | {"memory_size": 300, "batch_size": 64}
+    SMEC(dim=8, min_dim=4, refresh_memory=refresh, nested_stages=refresh, **settings).fit(
+        correlated()
+    )
+    embedded, *payload = pushed[-1]
+    assert torch.allclose(embedded.norm(dim=1), torch.ones(len(embedded)))
+    if refresh:  # fit-row indices: neighbours are compressed again by the current stages
+        assert len(payload) == 1 and payload[0].dtype == torch.int64
+    else:  # compressed vectors as they were when stored
+        assert [p.shape[1] for p in payload] == [4] and payload[0].is_floating_point()
 
 
 @pytest.mark.parametrize(

@@ -4,12 +4,13 @@ Three parts, each switchable for ablation:
 
 * **SMRL** (``smrl``): the compressor is a chain of stages ``D → d₁ → d₂ → …`` along halvings of
   the width. Stage s is trained alone, on the frozen output of stage s−1, until its validation
-  loss stops improving; then it is frozen and the next stage starts. Each stage is trained at
-  its own width and at every halving of it down to ``min_dim`` (its prefixes), and a later
-  stage starts as a pass-through of the previous stage's prefix, so it continues from the
-  previous width's solution. ``extend`` adds stages to a fitted (or loaded) compressor without
-  retraining the old ones. ``smrl=False`` trains all stages at once with the losses of every
-  stage summed, as parallel Matryoshka training does.
+  loss stops improving; then it is frozen and the next stage starts. ``extend`` adds stages to
+  a fitted (or loaded) compressor without retraining the old ones. ``smrl=False`` trains all
+  stages at once with the losses of every stage summed, as parallel Matryoshka training does.
+  With ``nested_stages`` each stage is also trained at every halving of its width down to
+  ``min_dim`` (its prefixes), and a later stage starts as a pass-through of the previous
+  stage's prefix, so it continues from the previous width's solution; without it a stage is
+  trained at its own width and starts from the principal axes of its input.
 * **ADS** (``ads``): each stage has learnable importance logits over its input dimensions. In
   training a selection of ``d_s`` dimensions is sampled by Gumbel top-k (hard in the forward
   pass); the logits learn through the relaxed sample (each input's sigmoid distance to the
@@ -20,19 +21,26 @@ Three parts, each switchable for ablation:
   every stage may read; the MLP starts at zero). ``ads=False`` always selects the first ``d_s``.
 * **S-XBM** (``xbm``): a FIFO queue of frozen-backbone embeddings from earlier batches
   (``memory_size``, default 5000, no gradients held). Each sample's ``topk`` most similar
-  stored embeddings are retrieved, compressed by the current stages (the backbone is frozen,
-  so a stored embedding never goes stale, and the compressor is cheap to run again), and the
-  similarity gap between original and compressed vectors over those pairs is added to the
-  loss, on top of the in-batch terms.
+  stored embeddings are retrieved and the similarity gap between original and compressed
+  vectors over those pairs is added to the loss. By default, as in XBM, a neighbour keeps the
+  compressed vectors computed when it was stored (a few steps stale), and the memory term
+  replaces the in-batch top-k term. With ``refresh_memory`` the queue stores row indices and
+  the neighbours are compressed again by the current stages in the same pass (the backbone is
+  frozen, so a stored embedding never goes stale, and the compressor is cheap to rerun), and
+  the memory term is added to the in-batch top-k term. About 4× slower per step.
+
+Which mode is better depends on the data: on MiniLM, STS-B dev and SICK trial preferred
+``nested_stages`` + ``refresh_memory`` for unlabeled sentences and the defaults with a CoSENT
+term on scored pairs (``benchmarks/learned_compressors.py`` records the comparison).
 
 With ``record_gradients=True``, ``history_`` lists per-step gradient statistics of the trained
 stages (loss, squared gradient norms, gradient variance over windows of steps) for analyses
 such as sequential vs parallel training; the fitted compressor is the same either way.
 
-Loss of a stage (fixed weights), averaged over its prefix widths: in-batch all-pairs similarity
-gap + in-batch top-k neighbour gap (+ memory neighbour gap with S-XBM); plus ``cosent_weight``
-× CoSENT on scored pairs and ``rank_weight`` × Search-Adaptor rank loss on query–document
-relevance, at each stage's width.
+Loss of a stage (fixed weights): in-batch all-pairs similarity gap + in-batch top-k gap and/or
+memory neighbour gap (see S-XBM), averaged over the stage's training widths; plus
+``cosent_weight`` × CoSENT on scored pairs and ``rank_weight`` × Search-Adaptor rank loss on
+query–document relevance, at each stage's width.
 """
 
 # ruff: noqa: N803, N806  (scikit-learn convention: matrices are capitalised)
@@ -213,6 +221,8 @@ class SMEC(LearnedCompressor):
         ads: bool = True,
         xbm: bool = True,
         memory_size: int = 5000,
+        refresh_memory: bool = False,
+        nested_stages: bool = False,
         topk: int = 10,
         hidden_dim: int = 512,
         temperature: float = 0.5,
@@ -238,6 +248,8 @@ class SMEC(LearnedCompressor):
         self.ads = ads
         self.xbm = xbm
         self.memory_size = memory_size
+        self.refresh_memory = refresh_memory
+        self.nested_stages = nested_stages
         self.topk = topk
         self.hidden_dim = hidden_dim
         self.temperature = temperature
@@ -263,7 +275,7 @@ class SMEC(LearnedCompressor):
             value = getattr(self, attr)
             if not is_int(value) or value < 1:
                 raise CompressorError(f"smec: {attr} must be a positive integer, got {value!r}")
-        for attr in ("smrl", "ads", "xbm", "record_gradients"):
+        for attr in ("smrl", "ads", "xbm", "refresh_memory", "nested_stages", "record_gradients"):
             if not isinstance(getattr(self, attr), bool | np.bool_):
                 raise CompressorError(f"smec: {attr} must be true or false")
         for attr in ("temperature", "ads_learning_rate"):
@@ -343,16 +355,16 @@ class SMEC(LearnedCompressor):
         else:
             self._train_group(stages[:first], stages[first:], H, U, X)
 
-    def _init_stage(self, stage: Any, H: torch.Tensor, first: bool) -> None:
+    def _init_stage(self, stage: Any, H: torch.Tensor, passthrough: bool) -> None:
         """Initial importance logits and linear reduction of an ADS stage.
 
-        The first stage starts from the principal axes of its input (and a log-variance prior
-        on the logits): the linear reduction then weighs every input dimension, so the logits
-        get a gradient for dimensions that are not selected yet (a zero column would give
-        none). A later stage reads a previous stage's output, trained so that every prefix
-        works: it starts as a pass-through of that prefix (position prior, identity on the
-        selected inputs, MLP at zero), so training continues from the previous width's
-        solution instead of from scratch.
+        By default a stage starts from the principal axes of its input (and a log-variance
+        prior on the logits): the linear reduction then weighs every input dimension, so the
+        logits get a gradient for dimensions that are not selected yet (a zero column would
+        give none). With ``passthrough`` (a later stage of nested training, whose input is a
+        previous stage's output trained so that every prefix works) it starts as a
+        pass-through of that prefix (position prior, identity on the selected inputs, MLP at
+        zero), so training continues from the previous width's solution.
         """
         import torch
 
@@ -360,7 +372,7 @@ class SMEC(LearnedCompressor):
             return
         with torch.no_grad():
             rows = H[self._train_rows]
-            if not first:
+            if passthrough:
                 position = -torch.arange(stage.logits.numel(), dtype=rows.dtype, device=rows.device)
                 stage.logits.copy_(_standardised(position) * _PRIOR_SCALE)
                 passthrough = torch.zeros_like(stage.linear.weight)
@@ -399,7 +411,8 @@ class SMEC(LearnedCompressor):
             h = H
             previous = frozen[-1] if frozen else None
             for stage in trained:
-                self._init_stage(stage, h, first=previous is None)
+                passthrough = previous is not None and bool(self.nested_stages)
+                self._init_stage(stage, h, passthrough=passthrough)
                 if previous is not None:
                     # Features of the backbone embedding carry over from the previous width:
                     # start the new stage's MLP from them rather than from scratch.
@@ -426,43 +439,62 @@ class SMEC(LearnedCompressor):
             return chain(h, u)
 
         def batch_loss(rows: torch.Tensor, training: bool) -> torch.Tensor:
-            rows = rows.to(X.device)  # stored in the memory and concatenated with its rows
+            rows = rows.to(X.device)  # may be stored in the memory and joined to its rows
             x = X[rows]
             use_memory = training and memory is not None and len(memory) >= k
             if use_memory:
                 assert memory is not None
-                stored_x, stored_rows = memory.stored()  # rows of unit length, fit-row indices
+                stored_x, *stored = memory.stored()  # rows of unit length, then the payload
                 nearest = (torch.nn.functional.normalize(x, dim=1) @ stored_x.T).topk(k).indices
+            if use_memory and self.refresh_memory:
                 # The backbone is frozen, so a stored embedding never goes stale: neighbours are
                 # compressed again by the current stages, in the same pass (same ADS sample).
-                extra, where = stored_rows[nearest].unique(return_inverse=True)
+                extra, where = stored[0][nearest].unique(return_inverse=True)
                 everything = torch.cat([rows, extra])
                 outputs = chain(H[everything], U[everything])
                 neighbour_outputs = [out[len(rows) :][where] for out in outputs]
                 outputs = [out[: len(rows)] for out in outputs]
             else:
                 outputs = chain(H[rows], U[rows])
+                if use_memory:  # as in XBM: compressed when stored, a few steps stale
+                    neighbour_outputs = [payload[nearest] for payload in stored]
+            # Stale neighbours replace the in-batch top-k; refreshed ones are added to it.
+            in_batch_topk = self.refresh_memory or not use_memory
             terms = []
             for index, (stage, reduced) in enumerate(zip(trained, outputs, strict=True)):
                 widths = self._prefix_widths(stage.d_out)
-                parts = [pairwise_similarity_loss(x, reduced[:, :w]) for w in widths]
-                parts += [topk_similarity_loss(x, reduced[:, :w], k) for w in widths]
-                if use_memory:
-                    neighbours = neighbour_outputs[index]
-                    parts += [
-                        neighbour_similarity_loss(
-                            x, reduced[:, :w], stored_x[nearest], neighbours[..., :w]
-                        )
-                        for w in widths
-                    ]
-                term = torch.stack(parts).sum() / len(widths)
-                if stage.soft_output is not None:  # ADS: trains the importance logits only
-                    soft = stage.soft_output[: len(rows)]
-                    term = term + pairwise_similarity_loss(x, soft)
+
+                # A full-width slice (or one slice shared by several terms) changes the order in
+                # which gradients are summed, and so the trained weights in their last bits; each
+                # mode keeps the arithmetic its recorded benchmark runs used, so those reproduce
+                # bit for bit.
+                def prefix(w: int, reduced: torch.Tensor = reduced) -> torch.Tensor:
+                    return reduced if not self.nested_stages else reduced[:, :w]
+
+                in_batch = [pairwise_similarity_loss(x, prefix(w)) for w in widths]
+                if in_batch_topk:
+                    in_batch += [topk_similarity_loss(x, prefix(w), k) for w in widths]
+                retrieved = [
+                    neighbour_similarity_loss(
+                        x, prefix(w), stored_x[nearest], neighbour_outputs[index][..., :w]
+                    )
+                    for w in (widths if use_memory else [])
+                ]
+                soft = stage.soft_output  # ADS: a term that trains the importance logits only
+                if self.nested_stages:
+                    term = torch.stack(in_batch + retrieved).sum() / len(widths)
+                    if soft is not None:
+                        term = term + pairwise_similarity_loss(x, soft[: len(rows)])
+                else:
+                    term = sum(in_batch[1:], in_batch[0])
+                    if soft is not None:
+                        term = term + pairwise_similarity_loss(x, soft[: len(rows)])
+                    term = sum(retrieved, term)
                 terms.append(term)
             loss = torch.stack(terms).mean() + self.supervised_loss(from_rotated, training)
             if training and memory is not None:
-                memory.push(torch.nn.functional.normalize(x, dim=1), rows)
+                payload = [rows] if self.refresh_memory else outputs
+                memory.push(torch.nn.functional.normalize(x, dim=1), *payload)
             return loss
 
         groups: list[dict[str, Any]] = []
@@ -482,7 +514,9 @@ class SMEC(LearnedCompressor):
         self.run_training(trained, groups, batch_loss, f"smec: stage {widths}")
 
     def _prefix_widths(self, width: int) -> list[int]:
-        """Widths a stage of output ``width`` is trained at: its own and its halvings."""
+        """Widths a stage of output ``width`` is trained at (nested: also its halvings)."""
+        if not self.nested_stages:
+            return [width]
         return halving_dims(width, min(int(self.min_dim), width))
 
     # ---- resume ------------------------------------------------------------------------------
