@@ -375,9 +375,9 @@ class SMEC(LearnedCompressor):
             if passthrough:
                 position = -torch.arange(stage.logits.numel(), dtype=rows.dtype, device=rows.device)
                 stage.logits.copy_(_standardised(position) * _PRIOR_SCALE)
-                passthrough = torch.zeros_like(stage.linear.weight)
-                passthrough[torch.arange(stage.d_out), stage.selected()] = 1.0
-                stage.linear.weight.copy_(passthrough)
+                copy = torch.zeros_like(stage.linear.weight)
+                copy[torch.arange(stage.d_out), stage.selected()] = 1.0
+                stage.linear.weight.copy_(copy)
                 return
             centred = rows - rows.mean(dim=0)
             cov = (centred.T @ centred / max(1, len(rows) - 1)).double()
@@ -480,15 +480,14 @@ class SMEC(LearnedCompressor):
                     )
                     for w in (widths if use_memory else [])
                 ]
-                soft = stage.soft_output  # ADS: a term that trains the importance logits only
                 if self.nested_stages:
                     term = torch.stack(in_batch + retrieved).sum() / len(widths)
-                    if soft is not None:
-                        term = term + pairwise_similarity_loss(x, soft[: len(rows)])
                 else:
                     term = sum(in_batch[1:], in_batch[0])
-                    if soft is not None:
-                        term = term + pairwise_similarity_loss(x, soft[: len(rows)])
+                soft = stage.soft_output  # ADS: a term that trains the importance logits only
+                if soft is not None:
+                    term = term + pairwise_similarity_loss(x, soft[: len(rows)])
+                if not self.nested_stages:
                     term = sum(retrieved, term)
                 terms.append(term)
             loss = torch.stack(terms).mean() + self.supervised_loss(from_rotated, training)
