@@ -41,15 +41,28 @@ from demitasse.report import markdown_table
 from demitasse.report.plots import plot_layer_heatmap
 from demitasse.report.results_file import update_section
 from demitasse.training import SentenceModel, TrainingConfig, fine_tune
+from demitasse.training.espresso import REFERENCE_CODE
 from demitasse.training.recipes import load_training_sets, make_objective
 
 HERE = Path(__file__).resolve().parent
 DIMS = (256, 128, 64, 32, 16, 8)
 # name -> (method, Espresso options); the main runs, then the Table 2 ablations.
-MAIN: dict[str, tuple[str, dict[str, Any]]] = {
+BASELINES: dict[str, tuple[str, dict[str, Any]]] = {
     "raw": ("raw", {}),
     "mrl": ("mrl", {}),
-    "ese": ("ese", {}),
+}
+# ESE variants (--ese): the paper's objective, and the reference AnglE code's.
+ESE_VARIANTS: dict[str, dict[str, Any]] = {
+    "paper": {},
+    "code": dict(REFERENCE_CODE),
+    "code-summed": {**REFERENCE_CODE, "inner_reduction": "sum"},
+}
+ESE_DESCRIPTIONS = {
+    "paper": "the paper's objective (Eq. 2 and Eqs. 3–6)",
+    "code": "the reference AnglE code's objective (hidden states 0..n−2, A_k·diag(s), inner "
+    "layers averaged, the loss also on the first k dims)",
+    "code-summed": "the reference AnglE code's objective with the inner layers' terms summed "
+    "as in Eq. 2 instead of averaged",
 }
 REFERENCE = "ese (reference)"  # the paper's defaults on the ablations' schedule
 ABLATIONS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -123,12 +136,14 @@ def check_rows(checks: list[tuple[str, float, float]]) -> list[list[Any]]:
     return [[name, round(value, 2), f">= {floor:+g}"] for name, value, floor in checks]
 
 
-def choose_lr(dev_checks: dict[float, list[tuple[str, float, float]]]) -> float:
-    """The learning rate whose STS-B dev figures pass the most acceptance checks, ties broken
-    by the ≺Avg gain (the first check)."""
+def choose_run(
+    dev_checks: dict[tuple[float, str], list[tuple[str, float, float]]],
+) -> tuple[float, str]:
+    """The (learning rate, ESE run) whose STS-B dev figures pass the most acceptance checks,
+    ties broken by the ≺Avg gain (the first check)."""
     return max(
         dev_checks,
-        key=lambda lr: (sum(v >= f for _, v, f in dev_checks[lr]), dev_checks[lr][0][1]),
+        key=lambda key: (sum(v >= f for _, v, f in dev_checks[key]), dev_checks[key][0][1]),
     )
 
 
@@ -140,6 +155,18 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=2e-5)
+    parser.add_argument(
+        "--ese",
+        default="paper",
+        help=f"ESE variants (comma-separated, from {', '.join(ESE_VARIANTS)}); with more than "
+        "one (or more than one rate) the variant and rate are chosen on STS-B dev",
+    )
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="train only these main runs (comma-separated: raw, mrl, ese-<variant>) and exit, "
+        "so that runs can train in parallel processes",
+    )
     parser.add_argument(
         "--lrs",
         default=None,
@@ -192,6 +219,21 @@ def main() -> int:
     started = time.perf_counter()
     runs = Path(args.runs_dir) if args.runs_dir else cache_root() / "runs" / "espresso"
     lrs = [float(v) for v in args.lrs.split(",")] if args.lrs else [args.lr]
+    variants = [v.strip() for v in args.ese.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in ESE_VARIANTS]
+    if unknown or not variants:
+        parser.error(f"--ese: choose from {', '.join(ESE_VARIANTS)}")
+    # A single paper variant keeps the run name "ese" (and the run directories of older runs).
+    ese_runs = {("ese" if variants == ["paper"] else f"ese-{v}"): v for v in variants}
+    main_specs = {
+        **BASELINES,
+        **{name: ("ese", ESE_VARIANTS[v]) for name, v in ese_runs.items()},
+    }
+    if args.only:
+        only = set(args.only.split(","))
+        if not only <= set(main_specs):
+            parser.error(f"--only: choose from {', '.join(main_specs)}")
+        main_specs = {n: spec for n, spec in main_specs.items() if n in only}
     sets = load_training_sets(args.data.split(","), args.data_dir)
     dev = load_stsb("dev", args.data_dir)
     log("training sets: " + ", ".join(f"{s.name} {len(s)}" for s in sets))
@@ -223,14 +265,14 @@ def main() -> int:
         parser.error("--only-ablations takes one learning rate")
     if args.train_only in (None, "main") and not args.only_ablations:
         for lr in lrs:
-            main_runs[lr] = {n: train(n, m, o, lr, None) for n, (m, o) in MAIN.items()}
-    if args.train_only == "main":
+            main_runs[lr] = {n: train(n, m, o, lr, None) for n, (m, o) in main_specs.items()}
+    if args.train_only == "main" or args.only:
         return 0
 
     base_name = load_encoder(args.model, cache=False).name
     dev_records: list[ResultRecord] = []
-    dev_checks: dict[float, list[tuple[str, float, float]]] = {}
-    if len(lrs) > 1:
+    dev_checks: dict[tuple[float, str], list[tuple[str, float, float]]] = {}
+    if len(lrs) > 1 or len(ese_runs) > 1:
         suite = {"STSBenchmark-dev": dev}
         dev_records = sts_grid(args.model, base_name, suite)
         for run_lr, runs_at in main_runs.items():
@@ -238,15 +280,21 @@ def main() -> int:
                 dev_records += sts_grid(model_dir, f"{base_name}+{name}@lr{run_lr:g}", suite)
         dev_avg = averages(dev_records)
         for candidate in lrs:
-            ese, raw, mrl = (f"{base_name}+{k}@lr{candidate:g}" for k in ("ese", "raw", "mrl"))
-            dev_checks[candidate] = acceptance(dev_avg, base_name, ese, raw, mrl)
-    lr = choose_lr(dev_checks) if dev_checks else lrs[0]
-    trained = dict(main_runs.get(lr, {}))
+            raw, mrl = (f"{base_name}+{k}@lr{candidate:g}" for k in ("raw", "mrl"))
+            for name in ese_runs:
+                ese = f"{base_name}+{name}@lr{candidate:g}"
+                dev_checks[candidate, name] = acceptance(dev_avg, base_name, ese, raw, mrl)
+    lr, ese_name = choose_run(dev_checks) if dev_checks else (lrs[0], next(iter(ese_runs)))
+    variant = ese_runs[ese_name]
+    trained = {k: v for k, v in main_runs.get(lr, {}).items() if k in BASELINES}
+    if ese_name in main_runs.get(lr, {}):
+        trained["ese"] = main_runs[lr][ese_name]
     if not args.no_ablations and args.train_only in (None, "ablations"):
         for name, (method, options) in ABLATIONS.items():
             if name == REFERENCE and not args.ablation_steps and "ese" in trained:
                 trained[name] = trained["ese"]  # the same schedule: reuse, do not retrain
             else:
+                options = {**ESE_VARIANTS[variant], **options}
                 trained[name] = train(name, method, options, lr, args.ablation_steps)
     if args.train_only:
         return 0
@@ -266,7 +314,8 @@ def main() -> int:
     n = max(layer for _, layer, _ in avg)
     full = max(dim for _, _, dim in avg)
     labels = {base_name: "original", **{f"{base_name}+{k}": k for k in trained}}
-    main_models = [base_name] + [f"{base_name}+{k}" for k in MAIN if k in trained]
+    main_names = ("raw", "mrl", "ese")
+    main_models = [base_name] + [f"{base_name}+{k}" for k in main_names if k in trained]
     sections = [
         f"## Espresso (ESE) vs RAW and MRL fine-tuning (`{args.results_name}`)",
         "",
@@ -287,23 +336,27 @@ def main() -> int:
             else "Each run is evaluated at its best STS-B dev checkpoint (last layer). "
         )
         + "MRL dims 384/256/128/64/32/16/8. ESE: alpha = beta = 1, k = 128, "
-        "w_i = 1/(1+ln i), compression by PCA of the dependency matrix (paper defaults).",
+        "w_i = 1/(1+ln i), compression by PCA of the dependency matrix; "
+        f"{ESE_DESCRIPTIONS[variant]} (`--ese {variant}`).",
         "",
     ]
     if dev_checks:
         dev_rows = [
-            [f"{candidate:g}", *(round(v, 2) for _, v, _ in checks)]
-            for candidate, checks in dev_checks.items()
+            [f"{candidate:g}", name, *(round(v, 2) for _, v, _ in checks)]
+            for (candidate, name), checks in dev_checks.items()
         ]
         sections += [
-            f"Learning rate chosen on STS-B dev among {', '.join(f'{v:g}' for v in lrs)}: "
-            f"**{lr:g}** (most acceptance checks passed on dev, then the larger ≺Avg gain); "
-            "only that rate's models were scored on the test sets. The checks on dev:",
+            f"Chosen on STS-B dev among rates {', '.join(f'{v:g}' for v in lrs)} and ESE "
+            f"variants {', '.join(variants)}: **lr {lr:g}, {ese_name}** (most acceptance "
+            "checks passed on dev, then the larger ≺Avg gain); only that rate's RAW and MRL "
+            "and that ESE run were scored on the test sets. The checks on dev:",
             "",
-            markdown_table(["lr", *(name for name, *_ in dev_checks[lr])], dev_rows),
+            markdown_table(
+                ["lr", "ESE run", *(name for name, *_ in dev_checks[lr, ese_name])], dev_rows
+            ),
             "",
         ]
-    if all(f"{base_name}+{k}" in main_models for k in MAIN):
+    if all(f"{base_name}+{k}" in main_models for k in main_names):
         ese, raw, mrl = (f"{base_name}+{k}" for k in ("ese", "raw", "mrl"))
         grid_rows = [
             [labels[m], layer, *(round(avg[m, layer, d], 2) for d in (full, *DIMS))]

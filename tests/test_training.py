@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -29,7 +31,7 @@ from demitasse.training import (
     epoch_batches,
     fine_tune,
 )
-from demitasse.training.espresso import alignment_loss
+from demitasse.training.espresso import REFERENCE_CODE, alignment_loss
 from demitasse.training.losses import angle_distance
 from tests.helpers import build_tiny_model
 
@@ -115,6 +117,29 @@ def test_alignment_loss_vanishes_on_the_target() -> None:
     target = torch.randn(6, 4)
     assert float(alignment_loss(target.clone(), target, 1.0)) == pytest.approx(0.0, abs=1e-6)
     assert float(alignment_loss(target + 1.0, target, 1.0)) > 0.5
+
+
+def test_espresso_reference_code_options_average_inner_layers_and_add_prefix_losses() -> None:
+    layers = [PairBatch(*_pairs(d=16, seed=s)) for s in range(4)]  # embeddings + 3 blocks
+    base = InBatchNegativesLoss()
+    plain: dict[str, Any] = {"compress_dim": 4, "compression": "none"}
+    paper = float(EspressoLoss(base, 3, **plain)(layers))
+    weights = [1 / (1 + math.log(i)) for i in (1, 2)]
+    inner_full = sum(w * float(base(layers[i])) for w, i in zip(weights, (1, 2), strict=True))
+    inner_prefix = sum(
+        w * float(base(layers[i].prefix(4))) for w, i in zip(weights, (1, 2), strict=True)
+    )
+    last_full, last_prefix = float(base(layers[3])), float(base(layers[3].prefix(4)))
+    assert paper == pytest.approx(last_full + inner_full)
+    mean = float(EspressoLoss(base, 3, inner_reduction="mean", **plain)(layers))
+    assert mean == pytest.approx(last_full + inner_full / 2)
+    prefixed = float(EspressoLoss(base, 3, prefix_loss=True, **plain)(layers))
+    expected = last_full + last_prefix + inner_prefix
+    assert prefixed == pytest.approx(expected, rel=1e-5)
+    reference = EspressoLoss(base, 3, compress_dim=4, **REFERENCE_CODE)
+    assert reference.describe()["inner_reduction"] == "mean" and reference.prefix_loss
+    with pytest.raises(DemitasseError, match="inner_reduction"):
+        EspressoLoss(base, 3, inner_reduction="max")
 
 
 def test_espresso_loss_trains_every_layer_and_the_dynamic_weights() -> None:
@@ -339,6 +364,11 @@ def test_cli_train_then_export(
     assert main(argv) == 0
     assert (run / "best" / "modules.json").is_file() and (run / "training.json").is_file()
     assert main(["export", str(run / "best"), "--layer", "1", "--out", str(tmp_path / "x")]) == 0
+    code = [*argv[:-4], "--out", str(tmp_path / "code"), "--batch-size", "4"]
+    assert main([*code, "--method", "ese", "--prefix-loss", "--inner-reduction", "mean"]) == 0
+    objective = json.loads((tmp_path / "code" / "training.json").read_text())["signature"]
+    assert objective["objective"]["prefix_loss"] is True
+    assert objective["objective"]["inner_reduction"] == "mean"
     assert main([*argv, "--method", "raw", "--compression", "none"]) == 2
     assert "applies to --method ese" in capsys.readouterr().err
     assert main(["train", "--data", "nope", "--out", str(run), "--model", str(tiny_model)]) == 2

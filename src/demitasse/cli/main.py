@@ -99,6 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--compression", choices=("dependencies", "embeddings", "none"))
     train.add_argument("--layer-indexing", choices=("paper", "reference"))
     train.add_argument("--pca-scaling", choices=("none", "singular-values"))
+    train.add_argument(
+        "--inner-reduction",
+        choices=("sum", "mean"),
+        help="ese: add the inner layers' terms whole (paper) or averaged (reference code)",
+    )
+    train.add_argument(
+        "--prefix-loss",
+        action="store_true",
+        default=None,
+        help="ese: also apply the loss to the first k dims, as the reference code does",
+    )
 
     export = commands.add_parser(
         "export", help="write a sentence-transformers model cut to a layer and a dimension"
@@ -209,6 +220,8 @@ def _run_train(args: argparse.Namespace) -> int:
         "compression",
         "layer_indexing",
         "pca_scaling",
+        "inner_reduction",
+        "prefix_loss",
     )
     options = {k: getattr(args, k) for k in espresso_options if getattr(args, k) is not None}
     if options and args.method != "ese":

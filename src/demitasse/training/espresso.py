@@ -17,9 +17,17 @@ Loss (paper Eq. 2 and Eqs. 3–6), with n transformer blocks:
   term. Layer i's alignment gets the same w_i; the last layer's gets 1.
 
 Where the paper and the reference AnglE code differ, the paper is the default and the code an
-option: ``layer_indexing="reference"`` applies the express and compress terms to hidden states
-0..n−2 (0 = the embedding layer's output) with w = 1/(1+ln(1+i)), as the code's loop does, and
-``pca_scaling="singular-values"`` uses A_k·diag(s_k) instead of A_k.
+option (``REFERENCE_CODE`` sets all four):
+
+* ``layer_indexing="reference"`` applies the express and compress terms to hidden states
+  0..n−2 (0 = the embedding layer's output) with w = 1/(1+ln(1+i)), as the code's loop does;
+* ``pca_scaling="singular-values"`` uses A_k·diag(s_k) instead of A_k;
+* ``inner_reduction="mean"`` divides the inner layers' weighted sum by their number (n−1), as
+  the code does, instead of adding it whole (Eq. 2); the inner layers then weigh about a fifth
+  as much against the last layer on a 6-layer model;
+* ``prefix_loss=True`` also applies the base loss to the first k dimensions: added to the full
+  width loss at the last layer, and in place of it at the inner layers, as the code does (the
+  paper's L_express is on full-width embeddings only).
 """
 
 from __future__ import annotations
@@ -37,6 +45,14 @@ LAYER_WEIGHTINGS = ("default", "none", "dynamic")
 COMPRESSIONS = ("dependencies", "embeddings", "none")
 LAYER_INDEXINGS = ("paper", "reference")
 PCA_SCALINGS = ("none", "singular-values")
+INNER_REDUCTIONS = ("sum", "mean")
+# Every option in which the reference AnglE code departs from the paper, as the code has it.
+REFERENCE_CODE: dict[str, str | bool] = {
+    "layer_indexing": "reference",
+    "pca_scaling": "singular-values",
+    "inner_reduction": "mean",
+    "prefix_loss": True,
+}
 
 
 def compression_target(
@@ -88,6 +104,8 @@ class EspressoLoss(ModelLoss):
         compression: str = "dependencies",
         layer_indexing: str = "paper",
         pca_scaling: str = "none",
+        inner_reduction: str = "sum",
+        prefix_loss: bool = False,
         kl_temperature: float = 1.0,
     ) -> None:
         super().__init__()
@@ -96,6 +114,7 @@ class EspressoLoss(ModelLoss):
             (compression, COMPRESSIONS, "compression"),
             (layer_indexing, LAYER_INDEXINGS, "layer_indexing"),
             (pca_scaling, PCA_SCALINGS, "pca_scaling"),
+            (inner_reduction, INNER_REDUCTIONS, "inner_reduction"),
         ):
             if value not in allowed:
                 raise DemitasseError(f"espresso: {what} must be one of {allowed}, got {value!r}")
@@ -112,6 +131,8 @@ class EspressoLoss(ModelLoss):
         self.compression = compression
         self.layer_indexing = layer_indexing
         self.pca_scaling = pca_scaling
+        self.inner_reduction = inner_reduction
+        self.prefix_loss = prefix_loss
         self.kl_temperature = kl_temperature
         # Hidden-state indices of the inner layers and their default weights.
         if layer_indexing == "paper":
@@ -130,14 +151,18 @@ class EspressoLoss(ModelLoss):
         )
 
     def layer_weights(self) -> torch.Tensor:
-        """Weights of the inner layers (hidden-state indices ``self.inner``)."""
+        """Weights of the inner layers (hidden-state indices ``self.inner``), before
+        ``inner_reduction``."""
         if self.layer_logits is None:
             return self.fixed_weights
         return len(self.inner) * torch.softmax(self.layer_logits, dim=0)
 
+    def _compress_dim(self, batch: PairBatch) -> int:
+        return min(self.compress_dim, batch.anchors.shape[-1])
+
     def _align(self, batch: PairBatch) -> torch.Tensor:
         X = batch.all_rows()  # noqa: N806
-        k = min(self.compress_dim, X.shape[1])
+        k = self._compress_dim(batch)
         target = compression_target(X, k, self.compression, self.pca_scaling)
         return alignment_loss(X[:, :k], target.to(X.dtype), self.kl_temperature)
 
@@ -148,12 +173,20 @@ class EspressoLoss(ModelLoss):
             )
         last = layers[self.num_layers]
         loss = self.base(last)
+        if self.prefix_loss:
+            loss = loss + self.base(last.prefix(self._compress_dim(last)))
         weights = self.layer_weights()
+        if self.inner_reduction == "mean":
+            weights = weights / len(self.inner)
         if self.express_weight:
-            express = torch.stack([self.base(layers[i]) for i in self.inner])
+            express = torch.stack([self.base(self._expressed(layers[i])) for i in self.inner])
             loss = loss + self.express_weight * (weights * express).sum()
         if self.compress_weight and self.compression != "none":
             aligned = torch.stack([self._align(layers[i]) for i in self.inner])
             compress = (weights * aligned).sum() + self._align(last)
             loss = loss + self.compress_weight * compress
         return loss
+
+    def _expressed(self, batch: PairBatch) -> PairBatch:
+        """What an inner layer's base loss sees: its first k dims under ``prefix_loss``."""
+        return batch.prefix(self._compress_dim(batch)) if self.prefix_loss else batch
