@@ -119,7 +119,7 @@ def test_alignment_loss_vanishes_on_the_target() -> None:
     assert float(alignment_loss(target + 1.0, target, 1.0)) > 0.5
 
 
-def test_espresso_reference_code_options_average_inner_layers_and_add_prefix_losses() -> None:
+def test_espresso_options_average_inner_layers_and_add_prefix_losses() -> None:
     layers = [PairBatch(*_pairs(d=16, seed=s)) for s in range(4)]  # embeddings + 3 blocks
     base = InBatchNegativesLoss()
     plain: dict[str, Any] = {"compress_dim": 4, "compression": "none"}
@@ -136,6 +136,9 @@ def test_espresso_reference_code_options_average_inner_layers_and_add_prefix_los
     prefixed = float(EspressoLoss(base, 3, prefix_loss=True, **plain)(layers))
     expected = last_full + last_prefix + inner_prefix
     assert prefixed == pytest.approx(expected, rel=1e-5)
+    nested = float(EspressoLoss(base, 3, matryoshka_dims=(8, 2), **plain)(layers))
+    extra = float(base(layers[3].prefix(8))) + float(base(layers[3].prefix(2)))
+    assert nested == pytest.approx(paper + extra, rel=1e-5)
     reference = EspressoLoss(base, 3, compress_dim=4, **REFERENCE_CODE)
     assert reference.describe()["inner_reduction"] == "mean" and reference.prefix_loss
     with pytest.raises(DemitasseError, match="inner_reduction"):

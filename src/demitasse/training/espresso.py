@@ -28,6 +28,11 @@ option (``REFERENCE_CODE`` sets all four):
 * ``prefix_loss=True`` also applies the base loss to the first k dimensions: added to the full
   width loss at the last layer, and in place of it at the inner layers, as the code does (the
   paper's L_express is on full-width embeddings only).
+
+Beyond both, ``matryoshka_dims`` adds the base loss on those prefixes of the last layer (a
+:class:`MatryoshkaLoss` over them): PCA alignment only reorders what the layer holds, and on a
+model whose truncations already beat its PCA projections it cannot make a 32-dim prefix as good
+as Matryoshka training does.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812  (torch convention)
 
 from demitasse.errors import DemitasseError
-from demitasse.training.losses import BaseLoss, ModelLoss, PairBatch
+from demitasse.training.losses import BaseLoss, MatryoshkaLoss, ModelLoss, PairBatch
 
 LAYER_WEIGHTINGS = ("default", "none", "dynamic")
 COMPRESSIONS = ("dependencies", "embeddings", "none")
@@ -106,6 +111,7 @@ class EspressoLoss(ModelLoss):
         pca_scaling: str = "none",
         inner_reduction: str = "sum",
         prefix_loss: bool = False,
+        matryoshka_dims: Sequence[int] = (),
         kl_temperature: float = 1.0,
     ) -> None:
         super().__init__()
@@ -133,6 +139,8 @@ class EspressoLoss(ModelLoss):
         self.pca_scaling = pca_scaling
         self.inner_reduction = inner_reduction
         self.prefix_loss = prefix_loss
+        self.matryoshka_dims = sorted({int(d) for d in matryoshka_dims}, reverse=True)
+        self.matryoshka = MatryoshkaLoss(base, self.matryoshka_dims) if matryoshka_dims else None
         self.kl_temperature = kl_temperature
         # Hidden-state indices of the inner layers and their default weights.
         if layer_indexing == "paper":
@@ -175,6 +183,8 @@ class EspressoLoss(ModelLoss):
         loss = self.base(last)
         if self.prefix_loss:
             loss = loss + self.base(last.prefix(self._compress_dim(last)))
+        if self.matryoshka is not None:
+            loss = loss + self.matryoshka([last])
         weights = self.layer_weights()
         if self.inner_reduction == "mean":
             weights = weights / len(self.inner)
