@@ -52,13 +52,17 @@ BASELINES: dict[str, tuple[str, dict[str, Any]]] = {
     "mrl": ("mrl", {}),
 }
 NESTED_DIMS = (128, 64, 32)  # k and its next two halvings
+NESTED_TO_8 = (128, 64, 32, 16, 8)  # k and every halving down to MRL's smallest
 # ESE variants (--ese): the paper's objective, and the reference AnglE code's.
 ESE_VARIANTS: dict[str, dict[str, Any]] = {
     "paper": {},
     "code": dict(REFERENCE_CODE),
     "code-summed": {**REFERENCE_CODE, "inner_reduction": "sum"},
     "nested": {"matryoshka_dims": NESTED_DIMS},
-    "nested-half": {"matryoshka_dims": NESTED_DIMS, "express_weight": 0.5},
+    "nested-0.75": {"matryoshka_dims": NESTED_DIMS, "express_weight": 0.75},
+    "nested-0.5": {"matryoshka_dims": NESTED_DIMS, "express_weight": 0.5},
+    "nested8-0.75": {"matryoshka_dims": NESTED_TO_8, "express_weight": 0.75},
+    "nested8-0.5": {"matryoshka_dims": NESTED_TO_8, "express_weight": 0.5},
 }
 ESE_DESCRIPTIONS = {
     "paper": "the paper's objective (Eq. 2 and Eqs. 3–6)",
@@ -68,7 +72,11 @@ ESE_DESCRIPTIONS = {
     "as in Eq. 2 instead of averaged",
     "nested": "the paper's objective plus the base loss on the last layer's first 128, 64 and "
     "32 dims (k and two halvings; an extension beyond the paper)",
-    "nested-half": "as `nested`, with alpha = 0.5 (the inner layers' express terms at half weight)",
+    "nested-0.75": "as `nested`, with alpha = 0.75 (the inner layers' express terms weigh "
+    "three quarters)",
+    "nested-0.5": "as `nested`, with alpha = 0.5 (the inner layers' express terms weigh half)",
+    "nested8-0.75": "as `nested-0.75`, with the prefixes 128, 64, 32, 16 and 8",
+    "nested8-0.5": "as `nested-0.5`, with the prefixes 128, 64, 32, 16 and 8",
 }
 REFERENCE = "ese (reference)"  # the paper's defaults on the ablations' schedule
 ABLATIONS: dict[str, tuple[str, dict[str, Any]]] = {
