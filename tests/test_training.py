@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -498,3 +499,17 @@ def test_two_step_selects_an_encoder_and_trains_only_the_target_pooler(
     assert again.two_step == result.two_step
     matrix = pooler_swap_matrix(result.end_to_end, result.end_to_end, dev)
     assert matrix.shape == (2, 2) and np.isfinite(matrix).all()
+
+
+def test_a_checkpoint_predating_an_objective_setting_counts_it_at_its_default() -> None:
+    from demitasse.training.trainer import _same_run
+
+    config = dataclasses.asdict(TrainingConfig())
+    current = EspressoLoss(CoSENTLoss(), num_layers=3)
+    old = {k: v for k, v in current.describe().items() if k != "matryoshka_dims"}
+    saved = {"config": config, "sets": [], "objective": old}
+    now = {"config": config, "sets": [], "objective": current.describe()}
+    assert _same_run(saved, now, current.default_settings())
+    nested = EspressoLoss(CoSENTLoss(), num_layers=3, matryoshka_dims=(8,))
+    changed = {"config": config, "sets": [], "objective": nested.describe()}
+    assert not _same_run(saved, changed, nested.default_settings())

@@ -10,6 +10,7 @@ training), :class:`MatryoshkaLoss` (prefixes of the last layer) and, in
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,6 +200,18 @@ class ModelLoss(torch.nn.Module):
             elif name == "base":
                 settings["base"] = type(value).__name__
         return settings
+
+    def default_settings(self) -> dict[str, object]:
+        """The constructor's defaults as :meth:`describe` writes them: a checkpoint that
+        predates a setting was trained with its default."""
+        defaults: dict[str, object] = {}
+        for name, parameter in inspect.signature(type(self).__init__).parameters.items():
+            value = parameter.default
+            if isinstance(value, list | tuple) and all(isinstance(v, int) for v in value):
+                defaults[name] = sorted(value, reverse=True) if value else []
+            elif value is not inspect.Parameter.empty:
+                defaults[name] = value
+        return defaults
 
 
 class LastLayerLoss(ModelLoss):

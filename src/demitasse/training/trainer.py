@@ -323,7 +323,7 @@ def fine_tune(
     checkpoint = _Checkpoint(output_dir / "checkpoint")
     if checkpoint.exists():
         saved = json.loads((checkpoint.directory / "state.json").read_text(encoding="utf-8"))
-        if not _same_run(saved.get("signature"), signature):
+        if not _same_run(saved.get("signature"), signature, objective.default_settings()):
             raise DemitasseError(
                 f"{checkpoint.directory} belongs to a run with other settings; "
                 "use another output directory or delete it"
@@ -411,12 +411,27 @@ def fine_tune(
     return _result(output_dir, state)
 
 
-def _same_run(saved: Any, current: dict[str, Any]) -> bool:
-    """Whether a checkpoint's signature matches; config fields it predates count as defaults."""
+def _same_run(
+    saved: Any, current: dict[str, Any], objective_defaults: dict[str, object] | None = None
+) -> bool:
+    """Whether a checkpoint's signature matches; config fields and objective settings it
+    predates count as their defaults."""
     if not isinstance(saved, dict) or not isinstance(saved.get("config"), dict):
         return False
     defaults = dataclasses.asdict(TrainingConfig())
     saved = {**saved, "config": {**defaults, **saved["config"]}}
+    if isinstance(saved.get("objective"), dict):
+        # An unset optional part (None) is what a checkpoint without it was trained with.
+        known = {
+            **(objective_defaults or {}),
+            **{k: None for k, v in current.get("objective", {}).items() if v is None},
+        }
+        predated = {
+            k: v
+            for k, v in known.items()
+            if k in current.get("objective", {}) and k not in saved["objective"]
+        }
+        saved["objective"] = {**predated, **saved["objective"]}
     return saved == current
 
 
