@@ -369,10 +369,15 @@ def test_cli_train_then_export(
     assert (run / "best" / "modules.json").is_file() and (run / "training.json").is_file()
     assert main(["export", str(run / "best"), "--layer", "1", "--out", str(tmp_path / "x")]) == 0
     code = [*argv[:-4], "--out", str(tmp_path / "code"), "--batch-size", "4"]
-    assert main([*code, "--method", "ese", "--prefix-loss", "--inner-reduction", "mean"]) == 0
+    code += ["--prefix-loss", "--inner-reduction", "mean", "--matryoshka-dims", "16,8"]
+    assert main([*code, "--express-weight", "0.5"]) == 0
     objective = json.loads((tmp_path / "code" / "training.json").read_text())["signature"]
     assert objective["objective"]["prefix_loss"] is True
     assert objective["objective"]["inner_reduction"] == "mean"
+    assert objective["objective"]["matryoshka_dims"] == [16, 8]
+    assert objective["objective"]["express_weight"] == 0.5
+    assert main([*code[:-1], "16,x", "--out", str(tmp_path / "bad")]) == 2
+    assert "--matryoshka-dims must be comma-separated integers" in capsys.readouterr().err
     assert main([*argv, "--method", "raw", "--compression", "none"]) == 2
     assert "applies to --method ese" in capsys.readouterr().err
     assert main(["train", "--data", "nope", "--out", str(run), "--model", str(tiny_model)]) == 2

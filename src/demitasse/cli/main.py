@@ -110,6 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="ese: also apply the loss to the first k dims, as the reference code does",
     )
+    train.add_argument(
+        "--matryoshka-dims",
+        help="ese: also apply the loss to these prefixes of the last layer (e.g. 128,64,32)",
+    )
+    train.add_argument(
+        "--express-weight", type=float, help="ese: alpha, the weight of the inner layers' loss"
+    )
 
     export = commands.add_parser(
         "export", help="write a sentence-transformers model cut to a layer and a dimension"
@@ -198,6 +205,7 @@ def _run_distill_static(args: argparse.Namespace) -> int:
 
 def _run_train(args: argparse.Namespace) -> int:
     from demitasse.data import load_stsb
+    from demitasse.evaluation.grid import parse_int_list
     from demitasse.training import SentenceModel, TrainingConfig, fine_tune
     from demitasse.training.recipes import load_training_sets, make_objective
 
@@ -222,8 +230,12 @@ def _run_train(args: argparse.Namespace) -> int:
         "pca_scaling",
         "inner_reduction",
         "prefix_loss",
+        "matryoshka_dims",
+        "express_weight",
     )
     options = {k: getattr(args, k) for k in espresso_options if getattr(args, k) is not None}
+    if "matryoshka_dims" in options:
+        options["matryoshka_dims"] = parse_int_list(options["matryoshka_dims"], "--matryoshka-dims")
     if options and args.method != "ese":
         raise DemitasseError(f"--{next(iter(options)).replace('_', '-')} applies to --method ese")
     objective = make_objective(args.method, model.num_layers, model.dim, args.loss, **options)

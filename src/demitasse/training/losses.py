@@ -208,7 +208,7 @@ class ModelLoss(torch.nn.Module):
         for name, parameter in inspect.signature(type(self).__init__).parameters.items():
             value = parameter.default
             if isinstance(value, list | tuple) and all(isinstance(v, int) for v in value):
-                defaults[name] = sorted(value, reverse=True) if value else []
+                defaults[name] = list(value)
             elif value is not inspect.Parameter.empty:
                 defaults[name] = value
         return defaults
