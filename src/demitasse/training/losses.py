@@ -106,14 +106,21 @@ def angle_distance(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
 
     Each embedding is read as a complex vector: first half real parts, second half imaginary
     parts. The angle of the element-wise quotient does not saturate where cosine does, which is
-    AnglE's point.
+    AnglE's point. Each element's angle weighs by its magnitude |left_j|·|right_j|: an element
+    near 0 has no meaningful angle, and an unweighted mean hands it a gradient of order
+    1/magnitude (all-MiniLM-L6-v2's last layer has such elements, whose gradient norm reached
+    1e5–1e6 and swamped every other term of the loss under gradient clipping).
     """
     half = left.shape[-1] // 2
     a, b = left[:, :half], left[:, half : 2 * half]
     c, d = right[:, :half], right[:, half : 2 * half]
     # (a + bi) / (c + di) ∝ (ac + bd) + (bc − ad) i; only its angle matters.
-    angles = torch.atan2(b * c - a * d, a * c + b * d)
-    return angles.abs().mean(dim=-1) / torch.pi
+    real, imaginary = a * c + b * d, b * c - a * d
+    angles = torch.atan2(imaginary, real).abs()
+    # |left_j|·|right_j| = |real + imaginary·i|; detached so the weights only weigh.
+    weights = torch.sqrt(real.detach() ** 2 + imaginary.detach() ** 2)
+    total = weights.sum(dim=-1).clamp_min(torch.finfo(weights.dtype).tiny)
+    return (weights * angles).sum(dim=-1) / total / torch.pi
 
 
 class AngleLoss:
@@ -178,6 +185,11 @@ class ModelLoss(torch.nn.Module):
 
     def forward(self, layers: Sequence[PairBatch]) -> torch.Tensor:
         raise NotImplementedError
+
+    def backward(self, loss: torch.Tensor, parameters: Sequence[torch.nn.Parameter]) -> None:
+        """Fill the gradients of ``parameters`` from ``loss``, the value :meth:`forward` just
+        returned (plain backpropagation; Espresso's gradient priority overrides it)."""
+        loss.backward()
 
     def embed(self, last: torch.Tensor) -> torch.Tensor:
         """The sentence embedding this objective trains, from the last layer's pooled output
