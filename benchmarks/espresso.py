@@ -63,6 +63,8 @@ ESE_VARIANTS: dict[str, dict[str, Any]] = {
     "nested-0.5": {"matryoshka_dims": NESTED_DIMS, "express_weight": 0.5},
     "nested8-0.75": {"matryoshka_dims": NESTED_TO_8, "express_weight": 0.75},
     "nested8-0.5": {"matryoshka_dims": NESTED_TO_8, "express_weight": 0.5},
+    "paper-priority": {"gradient_priority": True},
+    "nested-priority": {"matryoshka_dims": NESTED_DIMS, "gradient_priority": True},
 }
 ESE_DESCRIPTIONS = {
     "paper": "the paper's objective (Eq. 2 and Eqs. 3–6)",
@@ -77,6 +79,10 @@ ESE_DESCRIPTIONS = {
     "nested-0.5": "as `nested`, with alpha = 0.5 (the inner layers' express terms weigh half)",
     "nested8-0.75": "as `nested-0.75`, with the prefixes 128, 64, 32, 16 and 8",
     "nested8-0.5": "as `nested-0.5`, with the prefixes 128, 64, 32, 16 and 8",
+    "paper-priority": "the paper's objective with gradient priority for the last layer (the "
+    "inner layers' gradient loses its component against the last layer's where they conflict, "
+    "per parameter tensor; an extension beyond the paper)",
+    "nested-priority": "as `nested`, with gradient priority for the last layer",
 }
 REFERENCE = "ese (reference)"  # the paper's defaults on the ablations' schedule
 ABLATIONS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -339,9 +345,9 @@ def main() -> int:
         f"{os.getloadavg()[0]:.1f}.  ",
         f"Backbone {base_name}; data {args.data} ("
         + ", ".join(f"{s.name} {len(s)}" for s in sets)
-        + f"); AnglE loss (CoSENT + in-batch negatives + angle, weights 1, scale 20); AdamW "
-        f"lr {lr:g}, batch {args.batch_size}, {args.epochs} epoch(s), 10 % warm-up, "
-        "clipping 1.0, linear decay. "
+        + "); AnglE loss (CoSENT + in-batch negatives + magnitude-weighted angle, weights 1, "
+        f"scale 20); AdamW lr {lr:g}, batch {args.batch_size}, {args.epochs} epoch(s), "
+        "10 % warm-up, clipping 1.0, linear decay. "
         + (
             "Each run is evaluated at the end of its budget (STS-B dev is logged every "
             f"{args.eval_steps} steps but selects nothing: on the last layer alone it would "

@@ -32,7 +32,7 @@ from demitasse.training import (
     epoch_batches,
     fine_tune,
 )
-from demitasse.training.espresso import REFERENCE_CODE, alignment_loss
+from demitasse.training.espresso import REFERENCE_CODE, alignment_loss, without_conflict
 from demitasse.training.losses import angle_distance
 from tests.helpers import build_tiny_model
 
@@ -69,6 +69,21 @@ def test_angle_distance_is_zero_for_parallel_vectors_and_one_for_opposite() -> N
     x = torch.randn(4, 8)
     assert torch.allclose(angle_distance(x, 3 * x), torch.zeros(4), atol=1e-6)
     assert torch.allclose(angle_distance(x, -x), torch.ones(4), atol=1e-6)
+
+
+def test_angle_distance_gives_near_zero_elements_no_exploding_gradient() -> None:
+    # Element 0 of the complex view (dims 0 and 4) is ~0 in the left vectors, as a dead
+    # dimension of a real model's last layer is; its angle is meaningless and must not steer.
+    left = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
+    left[:, 0] = 1e-30
+    left[:, 4] = 1e-30
+    left.requires_grad_(True)
+    right = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+    distance = angle_distance(left, right)
+    distance.sum().backward()
+    assert left.grad is not None and bool(torch.isfinite(left.grad).all())
+    assert float(left.grad.abs().max()) < 10.0
+    assert bool(((distance >= 0) & (distance <= 1)).all())
 
 
 def test_matryoshka_loss_sums_the_base_loss_over_prefixes() -> None:
@@ -165,6 +180,47 @@ def test_espresso_loss_trains_every_layer_and_the_dynamic_weights() -> None:
         loss(batches[:2])
     with pytest.raises(DemitasseError, match="layer_weighting"):
         EspressoLoss(InBatchNegativesLoss(), 2, layer_weighting="learned")
+
+
+def test_without_conflict_drops_only_the_opposing_component() -> None:
+    primary = torch.tensor([1.0, 0.0])
+    agreeing = torch.tensor([1.0, 1.0])
+    assert without_conflict(agreeing, primary).tolist() == [2.0, 1.0]
+    opposing = torch.tensor([-1.0, 1.0])
+    assert without_conflict(opposing, primary).tolist() == [1.0, 1.0]
+    assert without_conflict(None, primary) is primary
+    assert without_conflict(opposing, None) is opposing
+
+
+def test_gradient_priority_removes_the_inner_layers_conflict_with_the_last() -> None:
+    # Seed 5 makes the inner layers' gradient oppose the last layer's (checked below).
+    weight = torch.nn.Parameter(torch.randn(16, 16, generator=torch.Generator().manual_seed(5)))
+    inputs = [torch.randn(6, 16, generator=torch.Generator().manual_seed(s)) for s in range(3)]
+
+    def run(**options: Any) -> tuple[EspressoLoss, torch.Tensor]:
+        loss = EspressoLoss(InBatchNegativesLoss(), 2, compress_dim=4, **options)
+        value = loss([PairBatch(x[:3], x[3:]) for x in (x @ weight for x in inputs)])
+        return loss, value
+
+    plain_loss, value = run()
+    weight.grad = None
+    plain_loss.backward(value, [weight])
+    plain = weight.grad.clone()
+
+    split_loss, _ = run(gradient_priority=True)
+    assert split_loss._split is not None and split_loss.describe()["gradient_priority"] is True
+    primary, inner = split_loss._split
+    (first,) = torch.autograd.grad(primary, [weight], retain_graph=True)
+    (second,) = torch.autograd.grad(inner, [weight])
+    assert torch.allclose(plain, first + second, atol=1e-5)
+    assert float((first * second).sum()) < 0
+
+    prioritised_loss, value = run(gradient_priority=True)
+    weight.grad = None
+    prioritised_loss.backward(value, [weight])
+    assert prioritised_loss._split is None
+    assert torch.allclose(weight.grad, without_conflict(second, first), atol=1e-5)
+    assert float(((weight.grad - first) * first).sum()) == pytest.approx(0.0, abs=1e-3)
 
 
 # ---- the loop ------------------------------------------------------------------------------

@@ -117,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--express-weight", type=float, help="ese: alpha, the weight of the inner layers' loss"
     )
+    train.add_argument(
+        "--gradient-priority",
+        action="store_true",
+        default=None,
+        help="ese: drop the part of the inner layers' gradient that opposes the last layer's "
+        "(one-sided PCGrad; a second backward pass per step)",
+    )
 
     export = commands.add_parser(
         "export", help="write a sentence-transformers model cut to a layer and a dimension"
@@ -232,6 +239,7 @@ def _run_train(args: argparse.Namespace) -> int:
         "prefix_loss",
         "matryoshka_dims",
         "express_weight",
+        "gradient_priority",
     )
     options = {k: getattr(args, k) for k in espresso_options if getattr(args, k) is not None}
     if "matryoshka_dims" in options:

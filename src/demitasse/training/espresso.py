@@ -29,10 +29,17 @@ option (``REFERENCE_CODE`` sets all four):
   width loss at the last layer, and in place of it at the inner layers, as the code does (the
   paper's L_express is on full-width embeddings only).
 
-Beyond both, ``matryoshka_dims`` adds the base loss on those prefixes of the last layer (a
-:class:`MatryoshkaLoss` over them): PCA alignment only reorders what the layer holds, and on a
-model whose truncations already beat its PCA projections it cannot make a 32-dim prefix as good
-as Matryoshka training does.
+Beyond both, two options:
+
+* ``gradient_priority`` gives the last layer's terms right of way: wherever, in one parameter
+  tensor, the inner layers' gradient points against the last layer's, its component along the
+  last layer's gradient is removed before the two are added (the one-sided form of PCGrad, Yu
+  et al., NeurIPS 2020). To first order the inner layers then cost the last layer nothing; each
+  step takes a second backward pass.
+* ``matryoshka_dims`` adds the base loss on those prefixes of the last layer (a
+  :class:`MatryoshkaLoss` over them): PCA alignment only reorders what the layer holds, and on
+  a model whose truncations already beat its PCA projections it cannot make a 32-dim prefix as
+  good as Matryoshka training does.
 """
 
 from __future__ import annotations
@@ -95,6 +102,19 @@ def alignment_loss(prefix: torch.Tensor, target: torch.Tensor, temperature: floa
     return mse + kl
 
 
+def without_conflict(
+    auxiliary: torch.Tensor | None, primary: torch.Tensor | None
+) -> torch.Tensor | None:
+    """``primary + auxiliary``, after removing from ``auxiliary`` its component along
+    ``primary`` when the two point against each other (a negative dot product)."""
+    if auxiliary is None or primary is None:
+        return primary if auxiliary is None else auxiliary
+    dot = (auxiliary * primary).sum()
+    if dot < 0:
+        auxiliary = auxiliary - dot / (primary * primary).sum().clamp_min(1e-30) * primary
+    return primary + auxiliary
+
+
 class EspressoLoss(ModelLoss):
     """The ESE objective around a base loss; see the module docstring for every option."""
 
@@ -112,6 +132,7 @@ class EspressoLoss(ModelLoss):
         inner_reduction: str = "sum",
         prefix_loss: bool = False,
         matryoshka_dims: Sequence[int] = (),
+        gradient_priority: bool = False,
         kl_temperature: float = 1.0,
     ) -> None:
         super().__init__()
@@ -141,7 +162,9 @@ class EspressoLoss(ModelLoss):
         self.prefix_loss = prefix_loss
         self.matryoshka_dims = sorted({int(d) for d in matryoshka_dims}, reverse=True)
         self.matryoshka = MatryoshkaLoss(base, self.matryoshka_dims) if matryoshka_dims else None
+        self.gradient_priority = gradient_priority
         self.kl_temperature = kl_temperature
+        self._split: tuple[torch.Tensor, torch.Tensor] | None = None
         # Hidden-state indices of the inner layers and their default weights.
         if layer_indexing == "paper":
             self.inner = list(range(1, num_layers))
@@ -180,22 +203,43 @@ class EspressoLoss(ModelLoss):
                 f"espresso: expected {self.num_layers + 1} hidden states, got {len(layers)}"
             )
         last = layers[self.num_layers]
-        loss = self.base(last)
-        if self.prefix_loss:
-            loss = loss + self.base(last.prefix(self._compress_dim(last)))
-        if self.matryoshka is not None:
-            loss = loss + self.matryoshka([last])
         weights = self.layer_weights()
         if self.inner_reduction == "mean":
             weights = weights / len(self.inner)
+        compressing = bool(self.compress_weight) and self.compression != "none"
+        # The last layer's terms ...
+        primary = self.base(last)
+        if self.prefix_loss:
+            primary = primary + self.base(last.prefix(self._compress_dim(last)))
+        if self.matryoshka is not None:
+            primary = primary + self.matryoshka([last])
+        if compressing:
+            primary = primary + self.compress_weight * self._align(last)
+        # ... and the inner layers'.
+        inner = weights.sum() * 0.0
         if self.express_weight:
             express = torch.stack([self.base(self._expressed(layers[i])) for i in self.inner])
-            loss = loss + self.express_weight * (weights * express).sum()
-        if self.compress_weight and self.compression != "none":
+            inner = inner + self.express_weight * (weights * express).sum()
+        if compressing:
             aligned = torch.stack([self._align(layers[i]) for i in self.inner])
-            compress = (weights * aligned).sum() + self._align(last)
-            loss = loss + self.compress_weight * compress
-        return loss
+            inner = inner + self.compress_weight * (weights * aligned).sum()
+        self._split = (primary, inner) if self.gradient_priority and self.training else None
+        return primary + inner
+
+    def backward(self, loss: torch.Tensor, parameters: Sequence[torch.nn.Parameter]) -> None:
+        if self._split is None:
+            loss.backward()
+            return
+        (primary, inner), self._split = self._split, None
+        params = [p for p in parameters if p.requires_grad]
+        first = torch.autograd.grad(primary, params, retain_graph=True, allow_unused=True)
+        second: Sequence[torch.Tensor | None] = (
+            torch.autograd.grad(inner, params, allow_unused=True)
+            if inner.requires_grad
+            else [None] * len(params)
+        )
+        for parameter, mine, theirs in zip(params, first, second, strict=True):
+            parameter.grad = without_conflict(theirs, mine)
 
     def _expressed(self, batch: PairBatch) -> PairBatch:
         """What an inner layer's base loss sees: its first k dims under ``prefix_loss``."""

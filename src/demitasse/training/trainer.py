@@ -308,6 +308,7 @@ def fine_tune(
     if not groups:
         raise DemitasseError("training: nothing to train (frozen backbone, no loss parameters)")
     optimiser = torch.optim.AdamW(groups, lr=config.learning_rate)
+    trainable = [p for g in groups for p in g["params"]]
 
     per_epoch = len(epoch_batches(train_sets, config.batch_size, config.seed, 0))
     total = per_epoch * config.epochs
@@ -372,10 +373,8 @@ def fine_tune(
             if not torch.isfinite(loss):
                 raise DemitasseError(f"training: loss became {float(loss)} at step {state['step']}")
             optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(
-                [p for g in groups for p in g["params"]], config.max_grad_norm
-            )
+            objective.backward(loss, trainable)
+            torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
             optimiser.step()
             state["step"] += 1
             bar.update(1)
