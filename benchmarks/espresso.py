@@ -65,6 +65,8 @@ ESE_VARIANTS: dict[str, dict[str, Any]] = {
     "nested8-0.5": {"matryoshka_dims": NESTED_TO_8, "express_weight": 0.5},
     "paper-priority": {"gradient_priority": True},
     "nested-priority": {"matryoshka_dims": NESTED_DIMS, "gradient_priority": True},
+    "paper-decoupled": {"decoupled_updates": True},
+    "nested-decoupled": {"matryoshka_dims": NESTED_DIMS, "decoupled_updates": True},
 }
 ESE_DESCRIPTIONS = {
     "paper": "the paper's objective (Eq. 2 and Eqs. 3–6)",
@@ -83,6 +85,10 @@ ESE_DESCRIPTIONS = {
     "inner layers' gradient loses its component against the last layer's where they conflict, "
     "per parameter tensor; an extension beyond the paper)",
     "nested-priority": "as `nested`, with gradient priority for the last layer",
+    "paper-decoupled": "the paper's objective with decoupled updates (the last layer's terms "
+    "and the inner layers' terms each get their own AdamW moments; an extension beyond the "
+    "paper)",
+    "nested-decoupled": "as `nested`, with decoupled updates",
 }
 REFERENCE = "ese (reference)"  # the paper's defaults on the ablations' schedule
 ABLATIONS: dict[str, tuple[str, dict[str, Any]]] = {

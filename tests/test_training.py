@@ -32,7 +32,7 @@ from demitasse.training import (
     epoch_batches,
     fine_tune,
 )
-from demitasse.training.espresso import REFERENCE_CODE, alignment_loss, without_conflict
+from demitasse.training.espresso import REFERENCE_CODE, alignment_loss, deconflicted
 from demitasse.training.losses import angle_distance
 from tests.helpers import build_tiny_model
 
@@ -182,45 +182,80 @@ def test_espresso_loss_trains_every_layer_and_the_dynamic_weights() -> None:
         EspressoLoss(InBatchNegativesLoss(), 2, layer_weighting="learned")
 
 
-def test_without_conflict_drops_only_the_opposing_component() -> None:
+def test_deconflicted_drops_only_the_opposing_component() -> None:
     primary = torch.tensor([1.0, 0.0])
     agreeing = torch.tensor([1.0, 1.0])
-    assert without_conflict(agreeing, primary).tolist() == [2.0, 1.0]
-    opposing = torch.tensor([-1.0, 1.0])
-    assert without_conflict(opposing, primary).tolist() == [1.0, 1.0]
-    assert without_conflict(None, primary) is primary
-    assert without_conflict(opposing, None) is opposing
+    assert deconflicted(agreeing, primary) is agreeing
+    assert deconflicted(torch.tensor([-1.0, 1.0]), primary).tolist() == [0.0, 1.0]
+    assert deconflicted(None, primary) is None
+    assert deconflicted(agreeing, None) is agreeing
 
 
-def test_gradient_priority_removes_the_inner_layers_conflict_with_the_last() -> None:
+def test_gradient_priority_and_decoupled_updates_split_the_last_and_inner_gradients() -> None:
     # Seed 5 makes the inner layers' gradient oppose the last layer's (checked below).
     weight = torch.nn.Parameter(torch.randn(16, 16, generator=torch.Generator().manual_seed(5)))
     inputs = [torch.randn(6, 16, generator=torch.Generator().manual_seed(s)) for s in range(3)]
 
-    def run(**options: Any) -> tuple[EspressoLoss, torch.Tensor]:
+    def gradients(**options: Any) -> list[list[torch.Tensor | None]]:
         loss = EspressoLoss(InBatchNegativesLoss(), 2, compress_dim=4, **options)
         value = loss([PairBatch(x[:3], x[3:]) for x in (x @ weight for x in inputs)])
-        return loss, value
+        parts = loss.gradients(value, [weight])
+        assert len(parts) == loss.update_parts and loss._split is None
+        return parts
 
-    plain_loss, value = run()
-    weight.grad = None
-    plain_loss.backward(value, [weight])
-    plain = weight.grad.clone()
-
-    split_loss, _ = run(gradient_priority=True)
-    assert split_loss._split is not None and split_loss.describe()["gradient_priority"] is True
-    primary, inner = split_loss._split
+    split = EspressoLoss(InBatchNegativesLoss(), 2, compress_dim=4, gradient_priority=True)
+    split([PairBatch(x[:3], x[3:]) for x in (x @ weight for x in inputs)])
+    assert split._split is not None and split.describe()["gradient_priority"] is True
+    primary, inner = split._split
     (first,) = torch.autograd.grad(primary, [weight], retain_graph=True)
     (second,) = torch.autograd.grad(inner, [weight])
-    assert torch.allclose(plain, first + second, atol=1e-5)
     assert float((first * second).sum()) < 0
+    projected = deconflicted(second, first)
+    assert projected is not None
+    assert float((projected * first).sum()) == pytest.approx(0.0, abs=1e-3)
 
-    prioritised_loss, value = run(gradient_priority=True)
-    weight.grad = None
-    prioritised_loss.backward(value, [weight])
-    assert prioritised_loss._split is None
-    assert torch.allclose(weight.grad, without_conflict(second, first), atol=1e-5)
-    assert float(((weight.grad - first) * first).sum()) == pytest.approx(0.0, abs=1e-3)
+    [[plain]] = gradients()
+    assert plain is not None and torch.allclose(plain, first + second, atol=1e-5)
+    [[prioritised]] = gradients(gradient_priority=True)
+    assert prioritised is not None and torch.allclose(prioritised, first + projected, atol=1e-5)
+    [[last], [rest]] = gradients(decoupled_updates=True)
+    assert torch.allclose(last, first, atol=1e-5) and torch.allclose(rest, second, atol=1e-5)
+    [[last], [rest]] = gradients(decoupled_updates=True, gradient_priority=True)
+    assert torch.allclose(rest, projected, atol=1e-5)
+
+
+def test_decoupled_updates_keep_two_sets_of_moments_across_a_resume(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    from safetensors.torch import load_file
+
+    sets, _ = _sets()
+    config = TrainingConfig(epochs=1, batch_size=4, learning_rate=1e-3, checkpoint_steps=1)
+    model = SentenceModel.load(tiny_model, device="cpu")
+    objective = EspressoLoss(AnglELoss(), model.num_layers, compress_dim=8, decoupled_updates=True)
+    original_forward = objective.forward
+    calls = {"n": 0}
+
+    def interrupted(layers: list[PairBatch]) -> torch.Tensor:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return original_forward(layers)
+
+    objective.forward = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        fine_tune(model, objective, sets, tmp_path / "run", config, progress=False)
+    moments = load_file(str(tmp_path / "run" / "checkpoint" / "optimizer.safetensors"))
+    first = {k for k in moments if ":" not in k}
+    second = {k.removeprefix("part1:") for k in moments if k.startswith("part1:")}
+    # The last block only gets the last layer's gradient, so the second part skips it.
+    assert second and second < first
+    resumed_model = SentenceModel.load(tiny_model, device="cpu")
+    resumed = EspressoLoss(
+        AnglELoss(), resumed_model.num_layers, compress_dim=8, decoupled_updates=True
+    )
+    result = fine_tune(resumed_model, resumed, sets, tmp_path / "run", config, progress=False)
+    assert result.steps == 4
 
 
 # ---- the loop ------------------------------------------------------------------------------

@@ -124,6 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="ese: drop the part of the inner layers' gradient that opposes the last layer's "
         "(one-sided PCGrad; a second backward pass per step)",
     )
+    train.add_argument(
+        "--decoupled-updates",
+        action="store_true",
+        default=None,
+        help="ese: the last layer's and the inner layers' terms update with their own AdamW "
+        "moments (a second backward pass per step)",
+    )
 
     export = commands.add_parser(
         "export", help="write a sentence-transformers model cut to a layer and a dimension"
@@ -240,6 +247,7 @@ def _run_train(args: argparse.Namespace) -> int:
         "matryoshka_dims",
         "express_weight",
         "gradient_priority",
+        "decoupled_updates",
     )
     options = {k: getattr(args, k) for k in espresso_options if getattr(args, k) is not None}
     if "matryoshka_dims" in options:

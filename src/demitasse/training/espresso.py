@@ -36,6 +36,11 @@ Beyond both, two options:
   last layer's gradient is removed before the two are added (the one-sided form of PCGrad, Yu
   et al., NeurIPS 2020). To first order the inner layers then cost the last layer nothing; each
   step takes a second backward pass.
+* ``decoupled_updates`` makes the last layer's terms and the inner layers' terms two updates
+  with their own AdamW moments (the trainer steps once per part). Summed into one gradient,
+  AdamW divides the last layer's share by the combined magnitude, so in the shared lower
+  blocks the last layer's loss trains at a fraction of the rate it gets in plain training;
+  decoupled, each part moves at the full rate. Also a second backward pass per step.
 * ``matryoshka_dims`` adds the base loss on those prefixes of the last layer (a
   :class:`MatryoshkaLoss` over them): PCA alignment only reorders what the layer holds, and on
   a model whose truncations already beat its PCA projections it cannot make a 32-dim prefix as
@@ -102,17 +107,23 @@ def alignment_loss(prefix: torch.Tensor, target: torch.Tensor, temperature: floa
     return mse + kl
 
 
-def without_conflict(
+def deconflicted(
     auxiliary: torch.Tensor | None, primary: torch.Tensor | None
 ) -> torch.Tensor | None:
-    """``primary + auxiliary``, after removing from ``auxiliary`` its component along
-    ``primary`` when the two point against each other (a negative dot product)."""
+    """``auxiliary`` without its component along ``primary`` when the two point against each
+    other (a negative dot product); unchanged otherwise."""
     if auxiliary is None or primary is None:
-        return primary if auxiliary is None else auxiliary
+        return auxiliary
     dot = (auxiliary * primary).sum()
     if dot < 0:
-        auxiliary = auxiliary - dot / (primary * primary).sum().clamp_min(1e-30) * primary
-    return primary + auxiliary
+        return auxiliary - dot / (primary * primary).sum().clamp_min(1e-30) * primary
+    return auxiliary
+
+
+def _add(left: torch.Tensor | None, right: torch.Tensor | None) -> torch.Tensor | None:
+    if left is None or right is None:
+        return right if left is None else left
+    return left + right
 
 
 class EspressoLoss(ModelLoss):
@@ -133,6 +144,7 @@ class EspressoLoss(ModelLoss):
         prefix_loss: bool = False,
         matryoshka_dims: Sequence[int] = (),
         gradient_priority: bool = False,
+        decoupled_updates: bool = False,
         kl_temperature: float = 1.0,
     ) -> None:
         super().__init__()
@@ -163,6 +175,7 @@ class EspressoLoss(ModelLoss):
         self.matryoshka_dims = sorted({int(d) for d in matryoshka_dims}, reverse=True)
         self.matryoshka = MatryoshkaLoss(base, self.matryoshka_dims) if matryoshka_dims else None
         self.gradient_priority = gradient_priority
+        self.decoupled_updates = decoupled_updates
         self.kl_temperature = kl_temperature
         self._split: tuple[torch.Tensor, torch.Tensor] | None = None
         # Hidden-state indices of the inner layers and their default weights.
@@ -223,23 +236,32 @@ class EspressoLoss(ModelLoss):
         if compressing:
             aligned = torch.stack([self._align(layers[i]) for i in self.inner])
             inner = inner + self.compress_weight * (weights * aligned).sum()
-        self._split = (primary, inner) if self.gradient_priority and self.training else None
+        split = (self.gradient_priority or self.decoupled_updates) and self.training
+        self._split = (primary, inner) if split else None
         return primary + inner
 
-    def backward(self, loss: torch.Tensor, parameters: Sequence[torch.nn.Parameter]) -> None:
+    @property
+    def update_parts(self) -> int:
+        return 2 if self.decoupled_updates else 1
+
+    def gradients(
+        self, loss: torch.Tensor, parameters: Sequence[torch.nn.Parameter]
+    ) -> list[list[torch.Tensor | None]]:
         if self._split is None:
-            loss.backward()
-            return
+            return super().gradients(loss, parameters)
         (primary, inner), self._split = self._split, None
-        params = [p for p in parameters if p.requires_grad]
+        params = list(parameters)
         first = torch.autograd.grad(primary, params, retain_graph=True, allow_unused=True)
         second: Sequence[torch.Tensor | None] = (
             torch.autograd.grad(inner, params, allow_unused=True)
             if inner.requires_grad
             else [None] * len(params)
         )
-        for parameter, mine, theirs in zip(params, first, second, strict=True):
-            parameter.grad = without_conflict(theirs, mine)
+        if self.gradient_priority:
+            second = [deconflicted(g, f) for g, f in zip(second, first, strict=True)]
+        if self.decoupled_updates:
+            return [list(first), list(second)]
+        return [[_add(f, g) for f, g in zip(first, second, strict=True)]]
 
     def _expressed(self, batch: PairBatch) -> PairBatch:
         """What an inner layer's base loss sees: its first k dims under ``prefix_loss``."""

@@ -186,10 +186,23 @@ class ModelLoss(torch.nn.Module):
     def forward(self, layers: Sequence[PairBatch]) -> torch.Tensor:
         raise NotImplementedError
 
-    def backward(self, loss: torch.Tensor, parameters: Sequence[torch.nn.Parameter]) -> None:
-        """Fill the gradients of ``parameters`` from ``loss``, the value :meth:`forward` just
-        returned (plain backpropagation; Espresso's gradient priority overrides it)."""
+    @property
+    def update_parts(self) -> int:
+        """How many separately normalised updates a step makes: the trainer keeps one AdamW
+        (its own moments) per part, and :meth:`gradients` returns one gradient set per part."""
+        return 1
+
+    def gradients(
+        self, loss: torch.Tensor, parameters: Sequence[torch.nn.Parameter]
+    ) -> list[list[torch.Tensor | None]]:
+        """The gradients of ``parameters`` for each update part, from ``loss``, the value
+        :meth:`forward` just returned (plain backpropagation, one part; Espresso's gradient
+        priority and decoupled updates override it)."""
+        params = list(parameters)
+        for parameter in params:
+            parameter.grad = None
         loss.backward()
+        return [[p.grad for p in params]]
 
     def embed(self, last: torch.Tensor) -> torch.Tensor:
         """The sentence embedding this objective trains, from the last layer's pooled output

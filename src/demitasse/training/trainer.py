@@ -231,7 +231,7 @@ class _Checkpoint:
         self,
         model: SentenceModel,
         objective: ModelLoss,
-        optimiser: torch.optim.Optimizer,
+        optimisers: Sequence[torch.optim.Optimizer],
         state: dict[str, Any],
     ) -> None:
         with atomic_directory(self.directory) as tmp:
@@ -239,14 +239,19 @@ class _Checkpoint:
             loss_state = {k: v.contiguous() for k, v in objective.state_dict().items()}
             save_file(loss_state, str(tmp / "loss.safetensors"))
             moments = {}
-            for index, param_state in optimiser.state_dict()["state"].items():
-                for name, value in param_state.items():
-                    moments[f"{index}.{name}"] = torch.as_tensor(value).contiguous()
+            for part, optimiser in enumerate(optimisers):
+                for index, param_state in optimiser.state_dict()["state"].items():
+                    for name, value in param_state.items():
+                        key = f"{_part_prefix(part)}{index}.{name}"
+                        moments[key] = torch.as_tensor(value).contiguous()
             save_file(moments, str(tmp / "optimizer.safetensors"))
             (tmp / "state.json").write_text(json.dumps(state, indent=1), encoding="utf-8")
 
     def load(
-        self, model: SentenceModel, objective: ModelLoss, optimiser: torch.optim.Optimizer
+        self,
+        model: SentenceModel,
+        objective: ModelLoss,
+        optimisers: Sequence[torch.optim.Optimizer],
     ) -> dict[str, Any]:
         try:
             state = json.loads((self.directory / "state.json").read_text(encoding="utf-8"))
@@ -255,14 +260,23 @@ class _Checkpoint:
             moments = load_file(str(self.directory / "optimizer.safetensors"))
         except Exception as exc:
             raise DemitasseError(f"cannot resume from {self.directory}: {exc}") from None
-        per_param: dict[int, dict[str, torch.Tensor]] = {}
-        for key, value in moments.items():
-            index, name = key.split(".", 1)
-            per_param.setdefault(int(index), {})[name] = value.to(model.device)
-        saved = optimiser.state_dict()
-        saved["state"] = per_param
-        optimiser.load_state_dict(saved)
+        for part, optimiser in enumerate(optimisers):
+            prefix = _part_prefix(part)
+            per_param: dict[int, dict[str, torch.Tensor]] = {}
+            for key, value in moments.items():
+                if (prefix and not key.startswith(prefix)) or (not prefix and ":" in key):
+                    continue
+                index, name = key.removeprefix(prefix).split(".", 1)
+                per_param.setdefault(int(index), {})[name] = value.to(model.device)
+            saved = optimiser.state_dict()
+            saved["state"] = per_param
+            optimiser.load_state_dict(saved)
         return state
+
+
+def _part_prefix(part: int) -> str:
+    """Key prefix of an update part's optimiser moments (none for the first, as before parts)."""
+    return f"part{part}:" if part else ""
 
 
 def _learning_rate_factor(step: int, warmup: int, total: int) -> float:
@@ -307,7 +321,14 @@ def fine_tune(
     groups = [g for g in groups if g["params"]]
     if not groups:
         raise DemitasseError("training: nothing to train (frozen backbone, no loss parameters)")
-    optimiser = torch.optim.AdamW(groups, lr=config.learning_rate)
+    # One AdamW per update part; weight decay is applied once, by the first.
+    optimisers = [torch.optim.AdamW(groups, lr=config.learning_rate)] + [
+        torch.optim.AdamW(
+            [{"params": g["params"], "weight_decay": 0.0} for g in groups],
+            lr=config.learning_rate,
+        )
+        for _ in range(objective.update_parts - 1)
+    ]
     trainable = [p for g in groups for p in g["params"]]
 
     per_epoch = len(epoch_batches(train_sets, config.batch_size, config.seed, 0))
@@ -329,7 +350,7 @@ def fine_tune(
                 f"{checkpoint.directory} belongs to a run with other settings; "
                 "use another output directory or delete it"
             )
-        state = checkpoint.load(model, objective, optimiser)
+        state = checkpoint.load(model, objective, optimisers)
     if state.get("finished"):
         if not (output_dir / "last").is_dir():  # runs finished before last/ was kept
             model.save(output_dir / "last", objective.save_artifacts)
@@ -351,7 +372,7 @@ def fine_tune(
         return config.patience is not None and state["stale"] >= config.patience
 
     def save_checkpoint() -> None:
-        checkpoint.save(model, objective, optimiser, {**state, "signature": signature})
+        checkpoint.save(model, objective, optimisers, {**state, "signature": signature})
 
     started = time.perf_counter() - state["seconds"]
     bar = tqdm(total=total, initial=state["step"], desc=description, disable=not progress)
@@ -367,15 +388,18 @@ def fine_tune(
             continue
         for set_index, rows in batches[max(0, first) :]:
             factor = _learning_rate_factor(state["step"], warmup, total)
-            for group in optimiser.param_groups:
-                group["lr"] = config.learning_rate * factor
+            for optimiser in optimisers:
+                for group in optimiser.param_groups:
+                    group["lr"] = config.learning_rate * factor
             loss = objective(_layer_batches(model, train_sets[set_index], rows))
             if not torch.isfinite(loss):
                 raise DemitasseError(f"training: loss became {float(loss)} at step {state['step']}")
-            optimiser.zero_grad(set_to_none=True)
-            objective.backward(loss, trainable)
-            torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
-            optimiser.step()
+            parts = objective.gradients(loss, trainable)
+            for optimiser, gradients in zip(optimisers, parts, strict=True):
+                for parameter, gradient in zip(trainable, gradients, strict=True):
+                    parameter.grad = gradient
+                torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
+                optimiser.step()
             state["step"] += 1
             bar.update(1)
             bar.set_postfix(loss=f"{loss.item():.3f}")
