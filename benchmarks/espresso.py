@@ -67,6 +67,16 @@ ESE_VARIANTS: dict[str, dict[str, Any]] = {
     "nested-priority": {"matryoshka_dims": NESTED_DIMS, "gradient_priority": True},
     "paper-decoupled": {"decoupled_updates": True},
     "nested-decoupled": {"matryoshka_dims": NESTED_DIMS, "decoupled_updates": True},
+    "nested-decoupled-0.5": {
+        "matryoshka_dims": NESTED_DIMS,
+        "decoupled_updates": True,
+        "inner_rate": 0.5,
+    },
+    "nested-decoupled-0.25": {
+        "matryoshka_dims": NESTED_DIMS,
+        "decoupled_updates": True,
+        "inner_rate": 0.25,
+    },
 }
 ESE_DESCRIPTIONS = {
     "paper": "the paper's objective (Eq. 2 and Eqs. 3–6)",
@@ -89,6 +99,9 @@ ESE_DESCRIPTIONS = {
     "and the inner layers' terms each get their own AdamW moments; an extension beyond the "
     "paper)",
     "nested-decoupled": "as `nested`, with decoupled updates",
+    "nested-decoupled-0.5": "as `nested-decoupled`, the inner layers' update at half the rate",
+    "nested-decoupled-0.25": "as `nested-decoupled`, the inner layers' update at a quarter of "
+    "the rate",
 }
 REFERENCE = "ese (reference)"  # the paper's defaults on the ablations' schedule
 ABLATIONS: dict[str, tuple[str, dict[str, Any]]] = {

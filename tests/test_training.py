@@ -222,6 +222,11 @@ def test_gradient_priority_and_decoupled_updates_split_the_last_and_inner_gradie
     assert torch.allclose(last, first, atol=1e-5) and torch.allclose(rest, second, atol=1e-5)
     [[last], [rest]] = gradients(decoupled_updates=True, gradient_priority=True)
     assert torch.allclose(rest, projected, atol=1e-5)
+    assert EspressoLoss(InBatchNegativesLoss(), 2).update_rates == [1.0]
+    halved = EspressoLoss(InBatchNegativesLoss(), 2, decoupled_updates=True, inner_rate=0.5)
+    assert halved.update_rates == [1.0, 0.5]
+    with pytest.raises(DemitasseError, match="inner_rate"):
+        EspressoLoss(InBatchNegativesLoss(), 2, inner_rate=0.5)
 
 
 def test_decoupled_updates_keep_two_sets_of_moments_across_a_resume(
@@ -232,7 +237,8 @@ def test_decoupled_updates_keep_two_sets_of_moments_across_a_resume(
     sets, _ = _sets()
     config = TrainingConfig(epochs=1, batch_size=4, learning_rate=1e-3, checkpoint_steps=1)
     model = SentenceModel.load(tiny_model, device="cpu")
-    objective = EspressoLoss(AnglELoss(), model.num_layers, compress_dim=8, decoupled_updates=True)
+    options: dict[str, Any] = {"compress_dim": 8, "decoupled_updates": True, "inner_rate": 0.5}
+    objective = EspressoLoss(AnglELoss(), model.num_layers, **options)
     original_forward = objective.forward
     calls = {"n": 0}
 
@@ -251,9 +257,7 @@ def test_decoupled_updates_keep_two_sets_of_moments_across_a_resume(
     # The last block only gets the last layer's gradient, so the second part skips it.
     assert second and second < first
     resumed_model = SentenceModel.load(tiny_model, device="cpu")
-    resumed = EspressoLoss(
-        AnglELoss(), resumed_model.num_layers, compress_dim=8, decoupled_updates=True
-    )
+    resumed = EspressoLoss(AnglELoss(), resumed_model.num_layers, **options)
     result = fine_tune(resumed_model, resumed, sets, tmp_path / "run", config, progress=False)
     assert result.steps == 4
 
@@ -461,13 +465,18 @@ def test_cli_train_then_export(
     assert main(["export", str(run / "best"), "--layer", "1", "--out", str(tmp_path / "x")]) == 0
     code = [*argv[:-4], "--out", str(tmp_path / "code"), "--batch-size", "4"]
     code += ["--prefix-loss", "--inner-reduction", "mean", "--matryoshka-dims", "16,8"]
+    code += ["--decoupled-updates", "--inner-rate", "0.5", "--gradient-priority"]
     assert main([*code, "--express-weight", "0.5"]) == 0
     objective = json.loads((tmp_path / "code" / "training.json").read_text())["signature"]
+    assert objective["objective"]["decoupled_updates"] is True
+    assert objective["objective"]["inner_rate"] == 0.5
+    assert objective["objective"]["gradient_priority"] is True
     assert objective["objective"]["prefix_loss"] is True
     assert objective["objective"]["inner_reduction"] == "mean"
     assert objective["objective"]["matryoshka_dims"] == [16, 8]
     assert objective["objective"]["express_weight"] == 0.5
-    assert main([*code[:-1], "16,x", "--out", str(tmp_path / "bad")]) == 2
+    bad = [*argv[:-4], "--batch-size", "4", "--matryoshka-dims", "16,x"]
+    assert main([*bad, "--out", str(tmp_path / "bad")]) == 2
     assert "--matryoshka-dims must be comma-separated integers" in capsys.readouterr().err
     assert main([*argv, "--method", "raw", "--compression", "none"]) == 2
     assert "applies to --method ese" in capsys.readouterr().err

@@ -131,6 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="ese: the last layer's and the inner layers' terms update with their own AdamW "
         "moments (a second backward pass per step)",
     )
+    train.add_argument(
+        "--inner-rate",
+        type=float,
+        help="ese with --decoupled-updates: learning-rate factor of the inner layers' update",
+    )
 
     export = commands.add_parser(
         "export", help="write a sentence-transformers model cut to a layer and a dimension"
@@ -248,6 +253,7 @@ def _run_train(args: argparse.Namespace) -> int:
         "express_weight",
         "gradient_priority",
         "decoupled_updates",
+        "inner_rate",
     )
     options = {k: getattr(args, k) for k in espresso_options if getattr(args, k) is not None}
     if "matryoshka_dims" in options:

@@ -40,7 +40,9 @@ Beyond both, two options:
   with their own AdamW moments (the trainer steps once per part). Summed into one gradient,
   AdamW divides the last layer's share by the combined magnitude, so in the shared lower
   blocks the last layer's loss trains at a fraction of the rate it gets in plain training;
-  decoupled, each part moves at the full rate. Also a second backward pass per step.
+  decoupled, each part moves at the full rate (the inner part at ``inner_rate`` times it: under
+  AdamW a loss weight such as alpha no longer sets a part's step size). Also a second backward
+  pass per step.
 * ``matryoshka_dims`` adds the base loss on those prefixes of the last layer (a
   :class:`MatryoshkaLoss` over them): PCA alignment only reorders what the layer holds, and on
   a model whose truncations already beat its PCA projections it cannot make a 32-dim prefix as
@@ -145,6 +147,7 @@ class EspressoLoss(ModelLoss):
         matryoshka_dims: Sequence[int] = (),
         gradient_priority: bool = False,
         decoupled_updates: bool = False,
+        inner_rate: float = 1.0,
         kl_temperature: float = 1.0,
     ) -> None:
         super().__init__()
@@ -159,6 +162,10 @@ class EspressoLoss(ModelLoss):
                 raise DemitasseError(f"espresso: {what} must be one of {allowed}, got {value!r}")
         if num_layers < 2:
             raise DemitasseError("espresso needs a model with at least 2 layers")
+        if inner_rate <= 0 or (inner_rate != 1.0 and not decoupled_updates):
+            raise DemitasseError(
+                "espresso: inner_rate must be positive and applies with decoupled_updates"
+            )
         if compress_dim < 1 or kl_temperature <= 0:
             raise DemitasseError("espresso: compress_dim and kl_temperature must be positive")
         self.base = base
@@ -176,6 +183,7 @@ class EspressoLoss(ModelLoss):
         self.matryoshka = MatryoshkaLoss(base, self.matryoshka_dims) if matryoshka_dims else None
         self.gradient_priority = gradient_priority
         self.decoupled_updates = decoupled_updates
+        self.inner_rate = inner_rate
         self.kl_temperature = kl_temperature
         self._split: tuple[torch.Tensor, torch.Tensor] | None = None
         # Hidden-state indices of the inner layers and their default weights.
@@ -243,6 +251,10 @@ class EspressoLoss(ModelLoss):
     @property
     def update_parts(self) -> int:
         return 2 if self.decoupled_updates else 1
+
+    @property
+    def update_rates(self) -> list[float]:
+        return [1.0, self.inner_rate] if self.decoupled_updates else [1.0]
 
     def gradients(
         self, loss: torch.Tensor, parameters: Sequence[torch.nn.Parameter]

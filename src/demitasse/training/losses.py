@@ -192,6 +192,11 @@ class ModelLoss(torch.nn.Module):
         (its own moments) per part, and :meth:`gradients` returns one gradient set per part."""
         return 1
 
+    @property
+    def update_rates(self) -> list[float]:
+        """The learning-rate factor of each update part."""
+        return [1.0] * self.update_parts
+
     def gradients(
         self, loss: torch.Tensor, parameters: Sequence[torch.nn.Parameter]
     ) -> list[list[torch.Tensor | None]]:

@@ -388,9 +388,9 @@ def fine_tune(
             continue
         for set_index, rows in batches[max(0, first) :]:
             factor = _learning_rate_factor(state["step"], warmup, total)
-            for optimiser in optimisers:
+            for optimiser, rate in zip(optimisers, objective.update_rates, strict=True):
                 for group in optimiser.param_groups:
-                    group["lr"] = config.learning_rate * factor
+                    group["lr"] = config.learning_rate * factor * rate
             loss = objective(_layer_batches(model, train_sets[set_index], rows))
             if not torch.isfinite(loss):
                 raise DemitasseError(f"training: loss became {float(loss)} at step {state['step']}")
