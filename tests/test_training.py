@@ -229,6 +229,20 @@ def test_gradient_priority_and_decoupled_updates_split_the_last_and_inner_gradie
         EspressoLoss(InBatchNegativesLoss(), 2, inner_rate=0.5)
 
 
+def _interrupt_at_call(objective: torch.nn.Module, call: int) -> None:
+    """Make ``objective``'s ``call``-th forward raise KeyboardInterrupt, as a user's Ctrl-C."""
+    original_forward = objective.forward
+    calls = {"n": 0}
+
+    def interrupted(layers: list[PairBatch]) -> torch.Tensor:
+        calls["n"] += 1
+        if calls["n"] == call:
+            raise KeyboardInterrupt
+        return original_forward(layers)
+
+    objective.forward = interrupted  # type: ignore[method-assign]
+
+
 def test_decoupled_updates_keep_two_sets_of_moments_across_a_resume(
     tiny_model: Path, tmp_path: Path
 ) -> None:
@@ -239,16 +253,7 @@ def test_decoupled_updates_keep_two_sets_of_moments_across_a_resume(
     model = SentenceModel.load(tiny_model, device="cpu")
     options: dict[str, Any] = {"compress_dim": 8, "decoupled_updates": True, "inner_rate": 0.5}
     objective = EspressoLoss(AnglELoss(), model.num_layers, **options)
-    original_forward = objective.forward
-    calls = {"n": 0}
-
-    def interrupted(layers: list[PairBatch]) -> torch.Tensor:
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        return original_forward(layers)
-
-    objective.forward = interrupted  # type: ignore[method-assign]
+    _interrupt_at_call(objective, 3)
     with pytest.raises(KeyboardInterrupt):
         fine_tune(model, objective, sets, tmp_path / "run", config, progress=False)
     moments = load_file(str(tmp_path / "run" / "checkpoint" / "optimizer.safetensors"))
@@ -329,16 +334,7 @@ def test_fine_tune_saves_a_loadable_best_model_and_resumes(
     )
     model = SentenceModel.load(tiny_model, device="cpu")
     objective = EspressoLoss(AnglELoss(), model.num_layers, compress_dim=8)
-    steps = {"n": 0}
-    original_forward = objective.forward
-
-    def interrupted(layers: list[PairBatch]) -> torch.Tensor:
-        steps["n"] += 1
-        if steps["n"] == 4:
-            raise KeyboardInterrupt
-        return original_forward(layers)
-
-    objective.forward = interrupted  # type: ignore[method-assign]
+    _interrupt_at_call(objective, 4)
     with pytest.raises(KeyboardInterrupt):
         fine_tune(model, objective, sets, tmp_path / "run", config, dev=dev, progress=False)
     assert (tmp_path / "run" / "checkpoint" / "state.json").is_file()
