@@ -244,6 +244,8 @@ class EspressoLoss(ModelLoss):
         if compressing:
             aligned = torch.stack([self._align(layers[i]) for i in self.inner])
             inner = inner + self.compress_weight * (weights * aligned).sum()
+        # Kept for gradients(), which the trainer calls next: the two parts need their own
+        # backward passes through this one forward graph.
         split = (self.gradient_priority or self.decoupled_updates) and self.training
         self._split = (primary, inner) if split else None
         return primary + inner
