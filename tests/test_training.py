@@ -614,3 +614,24 @@ def test_a_checkpoint_predating_an_objective_setting_counts_it_at_its_default() 
     nested = EspressoLoss(CoSENTLoss(), num_layers=3, matryoshka_dims=(8,))
     changed = {"config": config, "sets": [], "objective": nested.describe()}
     assert not _same_run(saved, changed, nested.default_settings())
+
+
+def test_checkpoint_restores_each_update_parts_moments(tiny_model: Path, tmp_path: Path) -> None:
+    from demitasse.training.trainer import _Checkpoint
+
+    model = SentenceModel.load(tiny_model, device="cpu")
+    objective = EspressoLoss(InBatchNegativesLoss(), model.num_layers, decoupled_updates=True)
+    params = list(model.backbone.parameters())
+    optimisers = [torch.optim.AdamW(params), torch.optim.AdamW(params)]
+    for part, optimiser in enumerate(optimisers):  # each part touches a different set
+        for parameter in params[: 5 + 3 * part]:
+            parameter.grad = torch.full_like(parameter, float(part + 1))
+        optimiser.step()
+    checkpoint = _Checkpoint(tmp_path / "checkpoint")
+    checkpoint.save(model, objective, optimisers, {"step": 1})
+    restored = [torch.optim.AdamW(params), torch.optim.AdamW(params)]
+    checkpoint.load(model, objective, restored)
+    for before, after in zip(optimisers, restored, strict=True):
+        saved, loaded = before.state_dict()["state"], after.state_dict()["state"]
+        assert saved.keys() == loaded.keys()
+        assert all(torch.equal(saved[k]["exp_avg"], loaded[k]["exp_avg"]) for k in saved)

@@ -260,16 +260,15 @@ class _Checkpoint:
             moments = load_file(str(self.directory / "optimizer.safetensors"))
         except Exception as exc:
             raise DemitasseError(f"cannot resume from {self.directory}: {exc}") from None
+        per_part: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
+        for key, value in moments.items():
+            prefix, _, moment = key.rpartition(":")
+            index, name = moment.split(".", 1)
+            per_param = per_part.setdefault(prefix and prefix + ":", {})
+            per_param.setdefault(int(index), {})[name] = value.to(model.device)
         for part, optimiser in enumerate(optimisers):
-            prefix = _part_prefix(part)
-            per_param: dict[int, dict[str, torch.Tensor]] = {}
-            for key, value in moments.items():
-                if (prefix and not key.startswith(prefix)) or (not prefix and ":" in key):
-                    continue
-                index, name = key.removeprefix(prefix).split(".", 1)
-                per_param.setdefault(int(index), {})[name] = value.to(model.device)
             saved = optimiser.state_dict()
-            saved["state"] = per_param
+            saved["state"] = per_part.get(_part_prefix(part), {})
             optimiser.load_state_dict(saved)
         return state
 
