@@ -34,6 +34,7 @@ from demitasse.training import (
 )
 from demitasse.training.espresso import REFERENCE_CODE, alignment_loss, deconflicted
 from demitasse.training.losses import angle_distance
+from demitasse.training.recipes import make_objective
 from tests.helpers import build_tiny_model
 
 
@@ -461,9 +462,12 @@ def test_cli_train_then_export(
     assert main(["export", str(run / "best"), "--layer", "1", "--out", str(tmp_path / "x")]) == 0
     code = [*argv[:-4], "--out", str(tmp_path / "code"), "--batch-size", "4"]
     code += ["--prefix-loss", "--inner-reduction", "mean", "--matryoshka-dims", "16,8"]
-    code += ["--decoupled-updates", "--inner-rate", "0.5", "--gradient-priority"]
+    code += ["--decoupled-updates", "--inner-rate", "0.5", "--gradient-priority", "--exit-heads"]
     assert main([*code, "--express-weight", "0.5"]) == 0
+    assert (tmp_path / "code" / "best" / "exit_heads" / "config.json").is_file()
     objective = json.loads((tmp_path / "code" / "training.json").read_text())["signature"]
+    assert objective["config"]["objective_learning_rate"] == 1e-3
+    assert objective["objective"]["exit_heads"] is True
     assert objective["objective"]["decoupled_updates"] is True
     assert objective["objective"]["inner_rate"] == 0.5
     assert objective["objective"]["gradient_priority"] is True
@@ -635,3 +639,87 @@ def test_checkpoint_restores_each_update_parts_moments(tiny_model: Path, tmp_pat
         saved, loaded = before.state_dict()["state"], after.state_dict()["state"]
         assert saved.keys() == loaded.keys()
         assert all(torch.equal(saved[k]["exp_avg"], loaded[k]["exp_avg"]) for k in saved)
+
+
+# ---- exit heads ----------------------------------------------------------------------------
+
+
+def test_exit_heads_start_as_the_identity_and_take_the_inner_layers_gradient() -> None:
+    layers = [torch.randn(6, 16, requires_grad=True) for _ in range(3)]
+    batches = [PairBatch(x[:3], x[3:]) for x in layers]
+    plain = EspressoLoss(InBatchNegativesLoss(), 2, compress_dim=4)
+    headed = EspressoLoss(InBatchNegativesLoss(), 2, compress_dim=4, exit_heads=True, dim=16)
+    assert sorted(headed.heads) == ["1"]  # the inner layer only, never the last
+    value = headed(batches)
+    assert float(value.detach()) == pytest.approx(float(plain(batches).detach()), rel=1e-5)
+    value.backward()
+    assert headed.heads["1"].weight.grad is not None
+    assert headed.describe()["exit_heads"] is True
+    # At inner rate 0 the inner terms' gradient stops at the heads.
+    weight = torch.nn.Parameter(torch.eye(16))
+    only_heads = EspressoLoss(
+        InBatchNegativesLoss(), 2, compress_dim=4, exit_heads=True, dim=16,
+        decoupled_updates=True, inner_rate=0.0,
+    )  # fmt: skip
+    value = only_heads([PairBatch(x[:3] @ weight, x[3:] @ weight) for x in layers])
+    params = [weight, *only_heads.parameters()]
+    [[last, *_], [inner, *heads]] = only_heads.gradients(value, params)
+    assert last is not None and inner is None and all(g is not None for g in heads)
+    with pytest.raises(DemitasseError, match="dim"):
+        EspressoLoss(InBatchNegativesLoss(), 2, exit_heads=True)
+    with pytest.raises(DemitasseError, match="inner_rate"):
+        EspressoLoss(InBatchNegativesLoss(), 2, decoupled_updates=True, inner_rate=-0.1)
+
+
+def test_exit_heads_train_at_their_own_rate_and_encode_and_export_as_trained(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from demitasse.encoders import load_encoder
+    from demitasse.encoders.exit_heads import EXIT_HEADS_DIR
+    from demitasse.export import export_sentence_transformer
+
+    sets, _ = _sets()
+    model = SentenceModel.load(tiny_model, device="cpu")
+    before = {k: v.clone() for k, v in model.backbone.state_dict().items()}
+    objective = make_objective(
+        "ese", model.num_layers, model.dim, compress_dim=8, exit_heads=True,
+        decoupled_updates=True, inner_rate=0.0,
+    )  # fmt: skip
+    assert isinstance(objective, EspressoLoss)
+    # The backbone's rate is tiny; only a head that trains at its own rate can move visibly.
+    config = TrainingConfig(batch_size=4, learning_rate=1e-9, objective_learning_rate=1e-2)
+    result = fine_tune(model, objective, sets, tmp_path / "run", config, progress=False)
+    after = model.backbone.state_dict()
+    assert max(float((before[k] - after[k]).abs().max()) for k in before) < 1e-6
+    head = objective.heads["2"]
+    assert float((head.weight.detach() - torch.eye(model.dim)).abs().max()) > 1e-3
+    assert (result.last_dir / EXIT_HEADS_DIR / "state.safetensors").is_file()
+
+    encoder = load_encoder(result.last_dir, cache=False, device="cpu")
+    pooled = SentenceModel.load(result.last_dir, device="cpu").eval()
+    with torch.no_grad():
+        hidden = pooled(SENTENCES)
+        expected = torch.nn.functional.normalize(head(hidden[2]), dim=1).numpy()
+        unheaded = torch.nn.functional.normalize(hidden[3], dim=1).numpy()
+    layers = encoder.encode_layers(SENTENCES, [2, 3])
+    assert np.abs(layers[2] - expected).max() < 1e-5
+    assert np.abs(layers[3] - unheaded).max() < 1e-5  # the last layer has no head
+
+    out = export_sentence_transformer(result.last_dir, tmp_path / "cut", layer=2, dim=16)
+    theirs = SentenceTransformer(str(out), device="cpu").encode(SENTENCES, convert_to_numpy=True)
+    assert np.abs(theirs - layers[2][:, :16]).max() < 1e-5
+    # demitasse reads the export's Dense module back as the head of its last layer.
+    again = load_encoder(out, cache=False, device="cpu").encode(SENTENCES)
+    assert np.abs(again[:, :16] - theirs).max() < 1e-5
+
+
+def test_exit_heads_of_the_wrong_shape_are_refused(tmp_path: Path) -> None:
+    from demitasse.encoders.exit_heads import load_exit_heads, save_exit_heads
+
+    assert load_exit_heads(tmp_path, 4) == {}
+    save_exit_heads(tmp_path, {1: (np.eye(4), np.zeros(4))})
+    assert sorted(load_exit_heads(tmp_path, 4)) == [1]
+    with pytest.raises(DemitasseError, match="expected"):
+        load_exit_heads(tmp_path, 8)

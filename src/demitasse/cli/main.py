@@ -134,7 +134,22 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--inner-rate",
         type=float,
-        help="ese with --decoupled-updates: learning-rate factor of the inner layers' update",
+        help="ese with --decoupled-updates: learning-rate factor of the inner layers' update "
+        "of the encoder (0: the inner layers' terms train only the exit heads)",
+    )
+    train.add_argument(
+        "--exit-heads",
+        action="store_true",
+        default=None,
+        help="ese: a linear head per inner layer, fitted with the model (saved in exit_heads/, "
+        "applied when encoding and exporting)",
+    )
+    train.add_argument(
+        "--head-lr",
+        type=float,
+        default=None,
+        help="learning rate of the objective's own parameters: exit heads, dynamic layer "
+        "weights (default 1e-3 with --exit-heads, else --lr)",
     )
 
     export = commands.add_parser(
@@ -226,6 +241,7 @@ def _run_train(args: argparse.Namespace) -> int:
     from demitasse.data import load_stsb
     from demitasse.evaluation.grid import parse_int_list
     from demitasse.training import SentenceModel, TrainingConfig, fine_tune
+    from demitasse.training.espresso import EXIT_HEAD_LEARNING_RATE
     from demitasse.training.recipes import load_training_sets, make_objective
 
     config = TrainingConfig(
@@ -236,6 +252,8 @@ def _run_train(args: argparse.Namespace) -> int:
         eval_steps=args.eval_steps,
         patience=args.patience,
         seed=args.seed,
+        objective_learning_rate=args.head_lr
+        or (EXIT_HEAD_LEARNING_RATE if args.exit_heads else None),
     )
     names = [n.strip() for n in args.data.split(",") if n.strip()]
     sets = load_training_sets(names, args.data_dir)
@@ -254,6 +272,7 @@ def _run_train(args: argparse.Namespace) -> int:
         "gradient_priority",
         "decoupled_updates",
         "inner_rate",
+        "exit_heads",
     )
     options = {k: getattr(args, k) for k in espresso_options if getattr(args, k) is not None}
     if "matryoshka_dims" in options:

@@ -14,6 +14,7 @@ from transformers import BatchEncoding
 
 from demitasse.encoders.base import Encoder
 from demitasse.encoders.cache import EmbeddingCache, fingerprint_directory
+from demitasse.encoders.exit_heads import load_exit_heads
 from demitasse.encoders.resolve import DEFAULT_MODEL, cache_root, resolve_model
 from demitasse.errors import DataError, DemitasseError
 
@@ -104,6 +105,26 @@ class TransformerEncoder:
         self.num_layers = int(self.model.config.num_hidden_layers)
         self.dim = int(self.model.config.hidden_size)
         self.show_progress = show_progress
+        # What maps a layer's pooled embedding before normalisation: the pipeline's Dense
+        # modules act on the last layer (an exported cut writes its exit head as one), a
+        # trained model's exit heads on the layers they belong to.
+        heads: dict[int, torch.nn.Module] = {}
+        dense = [m for m in modules[1:] if type(m).__name__ == "Dense"]
+        if dense:
+            out = getattr(dense[-1], "out_features", self.dim)
+            if out != self.dim:
+                raise DemitasseError(
+                    f"{resolved.path}: its Dense module maps to {out} dims; demitasse encodes "
+                    f"every layer at the hidden size {self.dim}"
+                )
+            heads[self.num_layers] = _SentenceEmbeddingModules(dense)
+        for layer, (weight, bias) in load_exit_heads(resolved.path, self.dim).items():
+            linear = torch.nn.Linear(self.dim, self.dim)
+            with torch.no_grad():
+                linear.weight.copy_(torch.from_numpy(weight))
+                linear.bias.copy_(torch.from_numpy(bias))
+            heads[layer] = linear.to(self.device).eval()
+        self.heads = heads
         # transformers >= 5 collects hidden states through hooks it attaches to the blocks
         # present at the first forward call; a layer cut hides blocks, so run the whole model
         # once now or a cut-first caller would lose the deeper layers for good.
@@ -221,10 +242,25 @@ class TransformerEncoder:
                 hidden = self.model(**features, output_hidden_states=True).hidden_states
                 for layer in layers:
                     vectors = pool(hidden[layer], features["attention_mask"], self.pooling)
+                    if layer in self.heads:
+                        vectors = self.heads[layer](vectors)
                     if self.normalize:
                         vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
                     out[layer][idx] = vectors.float().cpu().numpy()
         return out
+
+
+class _SentenceEmbeddingModules(torch.nn.Module):
+    """Sentence-transformers modules that map ``features["sentence_embedding"]``, in order."""
+
+    def __init__(self, modules: list[torch.nn.Module]) -> None:
+        super().__init__()
+        self.stages = torch.nn.ModuleList(modules)
+
+    def forward(self, vectors: torch.Tensor) -> torch.Tensor:
+        for stage in self.stages:
+            vectors = stage({"sentence_embedding": vectors})["sentence_embedding"]
+        return vectors
 
 
 def load_encoder(name_or_path: str | Path = DEFAULT_MODEL, **kwargs: object) -> Encoder:

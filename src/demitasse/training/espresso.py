@@ -43,6 +43,14 @@ Beyond both, two options:
   decoupled, each part moves at the full rate (the inner part at ``inner_rate`` times it: under
   AdamW a loss weight such as alpha no longer sets a part's step size). Also a second backward
   pass per step.
+* ``exit_heads`` gives every inner layer a linear head (``dim`` × ``dim``, starting as the
+  identity) that its express and compress terms see instead of the pooled embedding; the
+  trainer fits the heads at the objective's own learning rate. A layer's mean-pooled embedding
+  is poor mostly because of a few dominant directions that a linear map removes, which the
+  backbone can only do by changing what the layers above it receive; with heads, the inner
+  layers need little from the backbone (``inner_rate`` may then be 0: the inner terms train
+  the heads alone). The model saves them in ``exit_heads/`` (see
+  :mod:`demitasse.encoders.exit_heads`); encoding and export apply them.
 * ``matryoshka_dims`` adds the base loss on those prefixes of the last layer (a
   :class:`MatryoshkaLoss` over them): PCA alignment only reorders what the layer holds, and on
   a model whose truncations already beat its PCA projections it cannot make a 32-dim prefix as
@@ -53,10 +61,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F  # noqa: N812  (torch convention)
 
+from demitasse.encoders.exit_heads import save_exit_heads
 from demitasse.errors import DemitasseError
 from demitasse.training.losses import BaseLoss, MatryoshkaLoss, ModelLoss, PairBatch
 
@@ -65,6 +75,8 @@ COMPRESSIONS = ("dependencies", "embeddings", "none")
 LAYER_INDEXINGS = ("paper", "reference")
 PCA_SCALINGS = ("none", "singular-values")
 INNER_REDUCTIONS = ("sum", "mean")
+# Exit heads start from scratch (the identity) and need a far larger rate than the encoder.
+EXIT_HEAD_LEARNING_RATE = 1e-3
 # Every option in which the reference AnglE code departs from the paper, as the code has it.
 REFERENCE_CODE: dict[str, str | bool] = {
     "layer_indexing": "reference",
@@ -148,6 +160,8 @@ class EspressoLoss(ModelLoss):
         gradient_priority: bool = False,
         decoupled_updates: bool = False,
         inner_rate: float = 1.0,
+        exit_heads: bool = False,
+        dim: int | None = None,
         kl_temperature: float = 1.0,
     ) -> None:
         super().__init__()
@@ -162,10 +176,12 @@ class EspressoLoss(ModelLoss):
                 raise DemitasseError(f"espresso: {what} must be one of {allowed}, got {value!r}")
         if num_layers < 2:
             raise DemitasseError("espresso needs a model with at least 2 layers")
-        if inner_rate <= 0 or (inner_rate != 1.0 and not decoupled_updates):
+        if inner_rate < 0 or (inner_rate != 1.0 and not decoupled_updates):
             raise DemitasseError(
-                "espresso: inner_rate must be positive and applies with decoupled_updates"
+                "espresso: inner_rate must be >= 0 and applies with decoupled_updates"
             )
+        if exit_heads and (dim is None or dim < 1):
+            raise DemitasseError("espresso: exit_heads needs the model's dim")
         if compress_dim < 1 or kl_temperature <= 0:
             raise DemitasseError("espresso: compress_dim and kl_temperature must be positive")
         self.base = base
@@ -184,6 +200,8 @@ class EspressoLoss(ModelLoss):
         self.gradient_priority = gradient_priority
         self.decoupled_updates = decoupled_updates
         self.inner_rate = inner_rate
+        self.exit_heads = exit_heads
+        self.dim = dim
         self.kl_temperature = kl_temperature
         self._split: tuple[torch.Tensor, torch.Tensor] | None = None
         # Hidden-state indices of the inner layers and their default weights.
@@ -201,6 +219,13 @@ class EspressoLoss(ModelLoss):
             if layer_weighting == "dynamic"
             else None
         )
+        self.heads = torch.nn.ModuleDict()
+        for i in self.inner if exit_heads else []:
+            head = torch.nn.Linear(int(dim or 0), int(dim or 0))
+            with torch.no_grad():
+                head.weight.copy_(torch.eye(head.in_features))
+                head.bias.zero_()
+            self.heads[str(i)] = head
 
     def layer_weights(self) -> torch.Tensor:
         """Weights of the inner layers (hidden-state indices ``self.inner``), before
@@ -238,11 +263,12 @@ class EspressoLoss(ModelLoss):
             primary = primary + self.compress_weight * self._align(last)
         # ... and the inner layers'.
         inner = weights.sum() * 0.0
+        exits = {i: self._exit(i, layers[i]) for i in self.inner}
         if self.express_weight:
-            express = torch.stack([self.base(self._expressed(layers[i])) for i in self.inner])
+            express = torch.stack([self.base(self._expressed(exits[i])) for i in self.inner])
             inner = inner + self.express_weight * (weights * express).sum()
         if compressing:
-            aligned = torch.stack([self._align(layers[i]) for i in self.inner])
+            aligned = torch.stack([self._align(exits[i]) for i in self.inner])
             inner = inner + self.compress_weight * (weights * aligned).sum()
         # Kept for gradients(), which the trainer calls next: the two parts need their own
         # backward passes through this one forward graph.
@@ -266,16 +292,44 @@ class EspressoLoss(ModelLoss):
         (primary, inner), self._split = self._split, None
         params = list(parameters)
         first = torch.autograd.grad(primary, params, retain_graph=True, allow_unused=True)
-        second: Sequence[torch.Tensor | None] = (
-            torch.autograd.grad(inner, params, allow_unused=True)
-            if inner.requires_grad
-            else [None] * len(params)
-        )
+        # At inner rate 0 the encoder takes no step from the inner terms: stop their backward
+        # pass at the objective's own parameters (the exit heads).
+        own = {id(p) for p in self.parameters()}
+        wanted = [p for p in params if self.inner_rate > 0 or id(p) in own]
+        found: dict[int, torch.Tensor | None] = {}
+        if inner.requires_grad and wanted:
+            grads = torch.autograd.grad(inner, wanted, allow_unused=True)
+            found = dict(zip(map(id, wanted), grads, strict=True))
+        second = [found.get(id(p)) for p in params]
         if self.gradient_priority:
             second = [deconflicted(g, f) for g, f in zip(second, first, strict=True)]
         if self.decoupled_updates:
             return [list(first), list(second)]
         return [[_add(f, g) for f, g in zip(first, second, strict=True)]]
+
+    def _exit(self, index: int, batch: PairBatch) -> PairBatch:
+        """Hidden state ``index``'s embeddings through its exit head (unchanged without)."""
+        if str(index) not in self.heads:
+            return batch
+        head = self.heads[str(index)]
+        negatives = None if batch.negatives is None else head(batch.negatives)
+        return PairBatch(
+            head(batch.anchors), head(batch.positives), negatives, batch.scores, batch.labels
+        )
+
+    def save_artifacts(self, directory: Path) -> None:
+        """The exit heads, keyed by the encoder's layer numbers (hidden-state indices)."""
+        if len(self.heads):
+            save_exit_heads(
+                directory,
+                {
+                    int(i): (
+                        head.weight.detach().cpu().numpy(),
+                        head.bias.detach().cpu().numpy(),
+                    )
+                    for i, head in self.heads.items()
+                },
+            )
 
     def _expressed(self, batch: PairBatch) -> PairBatch:
         """What an inner layer's base loss sees: its first k dims under ``prefix_loss``."""

@@ -56,5 +56,7 @@ def make_objective(
         return MatryoshkaLoss(base, [d for d in mrl_dims if d <= dim] or [dim])
     if method == "ese":
         espresso.setdefault("compress_dim", max(8, (dim // 3) // 8 * 8))
+        if espresso.get("exit_heads"):
+            espresso.setdefault("dim", dim)
         return EspressoLoss(base, num_layers, **espresso)
     raise DemitasseError(f"unknown training method {method!r}; choose from {', '.join(METHODS)}")

@@ -108,6 +108,10 @@ class TrainingConfig:
     seed: int = 0
     #: False trains only the objective's own parameters (e.g. a pooler head): encoder frozen.
     train_backbone: bool = True
+    #: Learning rate of the objective's own parameters (heads, layer weights); None: the
+    #: backbone's. Small new modules starting from scratch want a far larger rate than a
+    #: pretrained encoder does.
+    objective_learning_rate: float | None = None
 
     def __post_init__(self) -> None:
         positive = ("epochs", "batch_size", "eval_steps", "checkpoint_steps")
@@ -122,6 +126,8 @@ class TrainingConfig:
             raise DemitasseError("training: patience must be a positive integer")
         if not self.learning_rate > 0 or not 0 <= self.warmup_ratio < 1:
             raise DemitasseError("training: learning_rate must be > 0, warmup_ratio in [0, 1)")
+        if self.objective_learning_rate is not None and not self.objective_learning_rate > 0:
+            raise DemitasseError("training: objective_learning_rate must be > 0")
         if self.weight_decay < 0 or self.max_grad_norm <= 0:
             raise DemitasseError("training: weight_decay >= 0 and max_grad_norm > 0 needed")
 
@@ -305,27 +311,31 @@ def fine_tune(
     torch.manual_seed(config.seed)
     model.train()
     objective.to(model.device)
-    decay, no_decay = [], []
+    decay, no_decay, own_decay, own_no_decay = [], [], [], []
     model.backbone.requires_grad_(config.train_backbone)
     if config.train_backbone:
         for name, parameter in model.backbone.named_parameters():
             (no_decay if parameter.ndim < 2 or "LayerNorm" in name else decay).append(parameter)
     for parameter in objective.parameters():
         if parameter.requires_grad:  # heads and classifiers: decay their matrices too
-            (decay if parameter.ndim >= 2 else no_decay).append(parameter)
+            (own_decay if parameter.ndim >= 2 else own_no_decay).append(parameter)
+    own_rate = config.objective_learning_rate or config.learning_rate
+    # "rate": the group's peak learning rate; "backbone": whether an update part's rate
+    # factor applies (it sets how far each part moves the shared encoder).
     groups = [
-        {"params": decay, "weight_decay": config.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+        {"params": decay, "weight_decay": config.weight_decay, "rate": config.learning_rate},
+        {"params": no_decay, "weight_decay": 0.0, "rate": config.learning_rate},
+        {"params": own_decay, "weight_decay": config.weight_decay, "rate": own_rate},
+        {"params": own_no_decay, "weight_decay": 0.0, "rate": own_rate},
     ]
+    for index, group in enumerate(groups):
+        group["backbone"] = index < 2
     groups = [g for g in groups if g["params"]]
     if not groups:
         raise DemitasseError("training: nothing to train (frozen backbone, no loss parameters)")
     # One AdamW per update part; weight decay is applied once, by the first.
     optimisers = [torch.optim.AdamW(groups, lr=config.learning_rate)] + [
-        torch.optim.AdamW(
-            [{"params": g["params"], "weight_decay": 0.0} for g in groups],
-            lr=config.learning_rate,
-        )
+        torch.optim.AdamW([{**g, "weight_decay": 0.0} for g in groups], lr=config.learning_rate)
         for _ in range(objective.update_parts - 1)
     ]
     trainable = [p for g in groups for p in g["params"]]
@@ -389,7 +399,7 @@ def fine_tune(
             factor = _learning_rate_factor(state["step"], warmup, total)
             for optimiser, rate in zip(optimisers, objective.update_rates, strict=True):
                 for group in optimiser.param_groups:
-                    group["lr"] = config.learning_rate * factor * rate
+                    group["lr"] = group["rate"] * factor * (rate if group["backbone"] else 1.0)
             loss = objective(_layer_batches(model, train_sets[set_index], rows))
             if not torch.isfinite(loss):
                 raise DemitasseError(f"training: loss became {float(loss)} at step {state['step']}")
