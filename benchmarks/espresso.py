@@ -41,7 +41,7 @@ from demitasse.report import markdown_table
 from demitasse.report.plots import plot_layer_heatmap
 from demitasse.report.results_file import update_section
 from demitasse.training import SentenceModel, TrainingConfig, fine_tune
-from demitasse.training.espresso import REFERENCE_CODE
+from demitasse.training.espresso import EXIT_HEAD_LEARNING_RATE, REFERENCE_CODE
 from demitasse.training.recipes import load_training_sets, make_objective
 
 HERE = Path(__file__).resolve().parent
@@ -77,6 +77,24 @@ ESE_VARIANTS: dict[str, dict[str, Any]] = {
         "decoupled_updates": True,
         "inner_rate": 0.25,
     },
+    "nested-decoupled-uniform-0.35": {
+        "matryoshka_dims": NESTED_DIMS,
+        "decoupled_updates": True,
+        "inner_rate": 0.35,
+        "layer_weighting": "none",
+    },
+    "nested-heads-decoupled-0.25": {
+        "matryoshka_dims": NESTED_DIMS,
+        "decoupled_updates": True,
+        "inner_rate": 0.25,
+        "exit_heads": True,
+    },
+    "nested-heads-decoupled-0": {
+        "matryoshka_dims": NESTED_DIMS,
+        "decoupled_updates": True,
+        "inner_rate": 0.0,
+        "exit_heads": True,
+    },
 }
 ESE_DESCRIPTIONS = {
     "paper": "the paper's objective (Eq. 2 and Eqs. 3–6)",
@@ -102,7 +120,16 @@ ESE_DESCRIPTIONS = {
     "nested-decoupled-0.5": "as `nested-decoupled`, the inner layers' update at half the rate",
     "nested-decoupled-0.25": "as `nested-decoupled`, the inner layers' update at a quarter of "
     "the rate",
+    "nested-decoupled-uniform-0.35": "as `nested-decoupled`, the inner layers' update at 0.35 "
+    "of the rate and every inner layer weighted 1",
+    "nested-heads-decoupled-0.25": "as `nested-decoupled-0.25`, with a linear exit head per "
+    "inner layer (fitted at the head rate; an extension beyond the paper)",
+    "nested-heads-decoupled-0": "as `nested-heads-decoupled-0.25`, the inner layers' terms "
+    "training only the exit heads (the encoder moves for the last layer's terms alone)",
 }
+# Exit heads fitted on RAW's frozen encoder with the heads variants' objective.
+POSTHOC = "raw+heads"
+POSTHOC_OPTIONS: dict[str, Any] = {"exit_heads": True}
 REFERENCE = "ese (reference)"  # the paper's defaults on the ablations' schedule
 ABLATIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "ese (reference)": ("ese", {}),
@@ -219,6 +246,12 @@ def main() -> int:
     )
     parser.add_argument("--eval-steps", type=int, default=100)
     parser.add_argument(
+        "--head-lr",
+        type=float,
+        default=EXIT_HEAD_LEARNING_RATE,
+        help="learning rate of the exit heads (runs with exit heads only)",
+    )
+    parser.add_argument(
         "--ablation-steps", type=int, default=150, help="0: the full schedule of the main runs"
     )
     parser.add_argument(
@@ -227,6 +260,12 @@ def main() -> int:
         default=5,
         help="early stopping after this many dev evaluations without a new best (0: off, "
         "which a fixed-budget comparison wants; 5 is what the first recorded run used)",
+    )
+    parser.add_argument(
+        "--posthoc-heads",
+        action="store_true",
+        help="also fit exit heads on RAW's frozen encoder (same data and steps), a reference "
+        "for what the heads give without any Espresso training of the encoder",
     )
     parser.add_argument("--no-ablations", action="store_true")
     parser.add_argument(
@@ -279,7 +318,15 @@ def main() -> int:
 
     finished: list[tuple[float, str, tuple[Path, float | None, int, float]]] = []
 
-    def train(name: str, method: str, options: dict[str, Any], lr: float, steps: int | None):
+    def train(
+        name: str,
+        method: str,
+        options: dict[str, Any],
+        lr: float,
+        steps: int | None,
+        frozen_start: Path | None = None,
+    ):
+        """Train one run; from ``frozen_start`` only the objective's own parameters train."""
         config = TrainingConfig(
             epochs=args.epochs,
             batch_size=args.batch_size,
@@ -287,8 +334,11 @@ def main() -> int:
             eval_steps=args.eval_steps,
             max_steps=steps or args.max_steps,
             patience=args.patience or None,
+            # Only runs with heads set it, so the signatures of earlier runs stay as they were.
+            objective_learning_rate=args.head_lr if options.get("exit_heads") else None,
+            train_backbone=frozen_start is None,
         )
-        model = SentenceModel.load(args.model)
+        model = SentenceModel.load(frozen_start or args.model)
         objective = make_objective(method, model.num_layers, model.dim, **options)
         log(f"--- {name} (lr {lr:g}): {objective.describe()}")
         run_dir = runs / slug(name) if len(lrs) == 1 else runs / f"lr{lr:g}" / slug(name)
@@ -304,7 +354,12 @@ def main() -> int:
         parser.error("--only-ablations takes one learning rate")
     if args.train_only in (None, "main") and not args.only_ablations:
         for lr in lrs:
-            main_runs[lr] = {n: train(n, m, o, lr, None) for n, (m, o) in main_specs.items()}
+            runs_at = {n: train(n, m, o, lr, None) for n, (m, o) in main_specs.items()}
+            if args.posthoc_heads and "raw" in runs_at:
+                runs_at[POSTHOC] = train(
+                    POSTHOC, "ese", POSTHOC_OPTIONS, lr, None, frozen_start=runs_at["raw"][0]
+                )
+            main_runs[lr] = runs_at
     if args.train_only == "main" or args.only:
         return 0
 
@@ -325,7 +380,7 @@ def main() -> int:
                 dev_checks[candidate, name] = acceptance(dev_avg, base_name, ese, raw, mrl)
     lr, ese_name = choose_run(dev_checks) if dev_checks else (lrs[0], next(iter(ese_runs)))
     variant = ese_runs[ese_name]
-    trained = {k: v for k, v in main_runs.get(lr, {}).items() if k in BASELINES}
+    trained = {k: v for k, v in main_runs.get(lr, {}).items() if k in (*BASELINES, POSTHOC)}
     if ese_name in main_runs.get(lr, {}):
         trained["ese"] = main_runs[lr][ese_name]
     if not args.no_ablations and args.train_only in (None, "ablations"):
@@ -354,7 +409,7 @@ def main() -> int:
     full = max(dim for _, _, dim in avg)
     labels = {base_name: "original", **{f"{base_name}+{k}": k for k in trained}}
     main_names = ("raw", "mrl", "ese")
-    main_models = [base_name] + [f"{base_name}+{k}" for k in main_names if k in trained]
+    main_models = [base_name] + [f"{base_name}+{k}" for k in (*main_names, POSTHOC) if k in trained]
     sections = [
         f"## Espresso (ESE) vs RAW and MRL fine-tuning (`{args.results_name}`)",
         "",
