@@ -95,6 +95,18 @@ ESE_VARIANTS: dict[str, dict[str, Any]] = {
         "inner_rate": 0.0,
         "exit_heads": True,
     },
+    "nested8-heads-decoupled-0.25": {
+        "matryoshka_dims": NESTED_TO_8,
+        "decoupled_updates": True,
+        "inner_rate": 0.25,
+        "exit_heads": True,
+    },
+    "nested8-heads-decoupled-0": {
+        "matryoshka_dims": NESTED_TO_8,
+        "decoupled_updates": True,
+        "inner_rate": 0.0,
+        "exit_heads": True,
+    },
 }
 ESE_DESCRIPTIONS = {
     "paper": "the paper's objective (Eq. 2 and Eqs. 3–6)",
@@ -126,6 +138,10 @@ ESE_DESCRIPTIONS = {
     "inner layer (fitted at the head rate; an extension beyond the paper)",
     "nested-heads-decoupled-0": "as `nested-heads-decoupled-0.25`, the inner layers' terms "
     "training only the exit heads (the encoder moves for the last layer's terms alone)",
+    "nested8-heads-decoupled-0.25": "as `nested-heads-decoupled-0.25`, with the prefixes 128, "
+    "64, 32, 16 and 8",
+    "nested8-heads-decoupled-0": "as `nested-heads-decoupled-0`, with the prefixes 128, 64, 32, "
+    "16 and 8",
 }
 # Exit heads fitted on RAW's frozen encoder with the heads variants' objective.
 POSTHOC = "raw+heads"

@@ -468,6 +468,11 @@ def test_cli_train_then_export(
     objective = json.loads((tmp_path / "code" / "training.json").read_text())["signature"]
     assert objective["config"]["objective_learning_rate"] == 1e-3
     assert objective["objective"]["exit_heads"] is True
+    heads_only = [*argv[:-4], "--out", str(tmp_path / "heads"), "--batch-size", "4"]
+    assert main([*heads_only, "--exit-heads", "--frozen-encoder"]) == 0
+    signature = json.loads((tmp_path / "heads" / "training.json").read_text())["signature"]
+    assert signature["config"]["train_backbone"] is False
+    assert (tmp_path / "heads" / "best" / "exit_heads" / "config.json").is_file()
     assert objective["objective"]["decoupled_updates"] is True
     assert objective["objective"]["inner_rate"] == 0.5
     assert objective["objective"]["gradient_priority"] is True

@@ -145,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
         "applied when encoding and exporting)",
     )
     train.add_argument(
+        "--frozen-encoder",
+        action="store_true",
+        help="train only the objective's own parameters (with --exit-heads: fit a head per "
+        "layer on any model, its encoder untouched)",
+    )
+    train.add_argument(
         "--head-lr",
         type=float,
         default=None,
@@ -252,6 +258,7 @@ def _run_train(args: argparse.Namespace) -> int:
         eval_steps=args.eval_steps,
         patience=args.patience,
         seed=args.seed,
+        train_backbone=not args.frozen_encoder,
         objective_learning_rate=args.head_lr
         or (EXIT_HEAD_LEARNING_RATE if args.exit_heads else None),
     )
