@@ -139,6 +139,8 @@ class TransformerEncoder:
                     self.pooling,
                     "norm" if self.normalize else "raw",
                     str(self.max_seq_length),
+                    # Embeddings cached before heads were applied must not be read back.
+                    *(["heads" + "".join(map(str, sorted(self.heads)))] if self.heads else []),
                 ]
             )
             root = Path(cache_dir) if cache_dir else cache_root() / "embeddings"
