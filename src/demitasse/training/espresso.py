@@ -29,7 +29,7 @@ option (``REFERENCE_CODE`` sets all four):
   width loss at the last layer, and in place of it at the inner layers, as the code does (the
   paper's L_express is on full-width embeddings only).
 
-Beyond both, two options:
+Beyond both, these options:
 
 * ``gradient_priority`` gives the last layer's terms right of way: wherever, in one parameter
   tensor, the inner layers' gradient points against the last layer's, its component along the
@@ -309,13 +309,7 @@ class EspressoLoss(ModelLoss):
 
     def _exit(self, index: int, batch: PairBatch) -> PairBatch:
         """Hidden state ``index``'s embeddings through its exit head (unchanged without)."""
-        if str(index) not in self.heads:
-            return batch
-        head = self.heads[str(index)]
-        negatives = None if batch.negatives is None else head(batch.negatives)
-        return PairBatch(
-            head(batch.anchors), head(batch.positives), negatives, batch.scores, batch.labels
-        )
+        return batch.mapped(self.heads[str(index)]) if str(index) in self.heads else batch
 
     def save_artifacts(self, directory: Path) -> None:
         """The exit heads, keyed by the encoder's layer numbers (hidden-state indices)."""

@@ -11,7 +11,7 @@ training), :class:`MatryoshkaLoss` (prefixes of the last layer) and, in
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -38,12 +38,20 @@ class PairBatch:
     scores: torch.Tensor | None = None
     labels: torch.Tensor | None = None
 
+    def mapped(self, embedding_map: Callable[[torch.Tensor], torch.Tensor]) -> PairBatch:
+        """The same pairs with ``embedding_map`` applied to every embedding (e.g. a head)."""
+        negatives = None if self.negatives is None else embedding_map(self.negatives)
+        return PairBatch(
+            embedding_map(self.anchors),
+            embedding_map(self.positives),
+            negatives,
+            self.scores,
+            self.labels,
+        )
+
     def prefix(self, dim: int) -> PairBatch:
         """The same batch keeping only the first ``dim`` dimensions."""
-        negatives = None if self.negatives is None else self.negatives[:, :dim]
-        return PairBatch(
-            self.anchors[:, :dim], self.positives[:, :dim], negatives, self.scores, self.labels
-        )
+        return self.mapped(lambda embeddings: embeddings[:, :dim])
 
     def all_rows(self) -> torch.Tensor:
         """Every embedding of the batch stacked: anchors, positives, then negatives."""

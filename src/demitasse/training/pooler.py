@@ -90,9 +90,4 @@ class HeadLoss(ModelLoss):
         ).save(directory / POOLER_DIR)
 
     def forward(self, layers: Sequence[PairBatch]) -> torch.Tensor:
-        last = layers[-1]
-        negatives = None if last.negatives is None else self.head(last.negatives)
-        mapped = PairBatch(
-            self.head(last.anchors), self.head(last.positives), negatives, last.scores, last.labels
-        )
-        return self.base(mapped)
+        return self.base(layers[-1].mapped(self.head))
