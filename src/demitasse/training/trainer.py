@@ -323,13 +323,14 @@ def fine_tune(
     # "rate": the group's peak learning rate; "backbone": whether an update part's rate
     # factor applies (it sets how far each part moves the shared encoder).
     groups = [
-        {"params": decay, "weight_decay": config.weight_decay, "rate": config.learning_rate},
-        {"params": no_decay, "weight_decay": 0.0, "rate": config.learning_rate},
-        {"params": own_decay, "weight_decay": config.weight_decay, "rate": own_rate},
-        {"params": own_no_decay, "weight_decay": 0.0, "rate": own_rate},
+        {"params": params, "weight_decay": wd, "rate": rate, "backbone": backbone}
+        for params, wd, rate, backbone in (
+            (decay, config.weight_decay, config.learning_rate, True),
+            (no_decay, 0.0, config.learning_rate, True),
+            (own_decay, config.weight_decay, own_rate, False),
+            (own_no_decay, 0.0, own_rate, False),
+        )
     ]
-    for index, group in enumerate(groups):
-        group["backbone"] = index < 2
     groups = [g for g in groups if g["params"]]
     if not groups:
         raise DemitasseError("training: nothing to train (frozen backbone, no loss parameters)")
