@@ -20,8 +20,10 @@ def build_tiny_model(
     hidden: int = 32,
     pooling: str = "mean",
     words: Sequence[str] = WORDS,
+    architecture: str = "bert",
 ) -> Path:
-    """Save a randomly initialised BERT (built from a config, no download) as an ST model."""
+    """Save a randomly initialised ``bert`` or ``mpnet`` (built from a config, no download) as
+    a sentence-transformers model; MPNet is the architecture of all-mpnet-base-v2."""
     import torch
     from sentence_transformers import SentenceTransformer
 
@@ -29,24 +31,38 @@ def build_tiny_model(
         from sentence_transformers.sentence_transformer import modules as models
     except ImportError:
         from sentence_transformers import models
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    from transformers import (
+        BertConfig,
+        BertModel,
+        BertTokenizerFast,
+        MPNetConfig,
+        MPNetModel,
+        MPNetTokenizerFast,
+    )
 
+    specials, tokenizer_class, config_class, model_class = {
+        "bert": (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], BertTokenizerFast, BertConfig,
+                 BertModel),
+        "mpnet": (["<s>", "<pad>", "</s>", "[UNK]", "<mask>"], MPNetTokenizerFast, MPNetConfig,
+                  MPNetModel),
+    }[architecture]  # fmt: skip
     directory.mkdir(parents=True, exist_ok=True)
     vocab = directory / "vocab.txt"
-    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    vocab.write_text("\n".join([*specials, *words]) + "\n")
     # Positional: transformers 4 calls it vocab_file, 5 calls it vocab (and ignores vocab_file).
-    tokenizer = BertTokenizerFast(str(vocab))
+    tokenizer = tokenizer_class(str(vocab))
     torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=len(words) + 5,
+    config = config_class(
+        vocab_size=len(words) + len(specials),
         hidden_size=hidden,
         num_hidden_layers=layers,
         num_attention_heads=4,
         intermediate_size=2 * hidden,
         max_position_embeddings=64,
+        pad_token_id=specials.index("<pad>" if architecture == "mpnet" else "[PAD]"),
     )
     raw = directory / "raw"
-    BertModel(config).save_pretrained(raw)
+    model_class(config).save_pretrained(raw)
     tokenizer.save_pretrained(raw)
     transformer = models.Transformer(str(raw), max_seq_length=32)
     pool = models.Pooling(hidden, pooling_mode=pooling)

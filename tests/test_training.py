@@ -306,6 +306,12 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny-train"), layers=3, hidden=32)
 
 
+@pytest.fixture(scope="module")
+def tiny_mpnet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """all-mpnet-base-v2's architecture: the code must run on it unchanged."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-mpnet"), layers=3, architecture="mpnet")
+
+
 def _sets() -> tuple[list[TrainingSet], ScoredPairs]:
     anchors = SENTENCES
     positives = SENTENCES[1:] + SENTENCES[:1]
@@ -676,8 +682,9 @@ def test_exit_heads_start_as_the_identity_and_take_the_inner_layers_gradient() -
         EspressoLoss(InBatchNegativesLoss(), 2, decoupled_updates=True, inner_rate=-0.1)
 
 
+@pytest.mark.parametrize("architecture", ["tiny_model", "tiny_mpnet"])
 def test_exit_heads_train_at_their_own_rate_and_encode_and_export_as_trained(
-    tiny_model: Path, tmp_path: Path
+    architecture: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     from sentence_transformers import SentenceTransformer
 
@@ -685,6 +692,7 @@ def test_exit_heads_train_at_their_own_rate_and_encode_and_export_as_trained(
     from demitasse.encoders.exit_heads import EXIT_HEADS_DIR
     from demitasse.export import export_sentence_transformer
 
+    tiny_model = request.getfixturevalue(architecture)
     sets, _ = _sets()
     model = SentenceModel.load(tiny_model, device="cpu")
     before = {k: v.clone() for k, v in model.backbone.state_dict().items()}
