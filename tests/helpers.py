@@ -59,7 +59,7 @@ def build_tiny_model(
         num_attention_heads=4,
         intermediate_size=2 * hidden,
         max_position_embeddings=64,
-        pad_token_id=specials.index("<pad>" if architecture == "mpnet" else "[PAD]"),
+        pad_token_id=tokenizer.pad_token_id,
     )
     raw = directory / "raw"
     model_class(config).save_pretrained(raw)

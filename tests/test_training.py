@@ -682,9 +682,9 @@ def test_exit_heads_start_as_the_identity_and_take_the_inner_layers_gradient() -
         EspressoLoss(InBatchNegativesLoss(), 2, decoupled_updates=True, inner_rate=-0.1)
 
 
-@pytest.mark.parametrize("architecture", ["tiny_model", "tiny_mpnet"])
+@pytest.mark.parametrize("model_fixture", ["tiny_model", "tiny_mpnet"])
 def test_exit_heads_train_at_their_own_rate_and_encode_and_export_as_trained(
-    architecture: str, tmp_path: Path, request: pytest.FixtureRequest
+    model_fixture: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     from sentence_transformers import SentenceTransformer
 
@@ -692,7 +692,7 @@ def test_exit_heads_train_at_their_own_rate_and_encode_and_export_as_trained(
     from demitasse.encoders.exit_heads import EXIT_HEADS_DIR
     from demitasse.export import export_sentence_transformer
 
-    tiny_model = request.getfixturevalue(architecture)
+    tiny_model = request.getfixturevalue(model_fixture)
     sets, _ = _sets()
     model = SentenceModel.load(tiny_model, device="cpu")
     before = {k: v.clone() for k, v in model.backbone.state_dict().items()}
