@@ -9,6 +9,7 @@ from demitasse.data.embeddings import check_finite, load_embeddings
 from demitasse.data.files import load_scored_pairs, read_corpus, read_texts
 from demitasse.data.hub import HUB_REPOS, load_hf_sts
 from demitasse.data.nli import NLI_LABELS, NLIPairs, Triples, load_snli, nli_triples
+from demitasse.data.overlap import evaluation_pairs, without_pairs
 from demitasse.data.pairs import ScoredPairs, concat_pairs
 from demitasse.data.parallel import ParallelTexts, load_multi30k, load_parallel
 from demitasse.data.paths import DATA_ENV, resolve_data_dir
@@ -54,6 +55,7 @@ __all__ = [
     "canonical_sts_name",
     "check_finite",
     "concat_pairs",
+    "evaluation_pairs",
     "load_beir",
     "load_binary_line_files",
     "load_classification_set",
@@ -79,4 +81,5 @@ __all__ = [
     "read_corpus",
     "read_texts",
     "resolve_data_dir",
+    "without_pairs",
 ]

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from demitasse.data import load_sickr, load_snli, load_stsb, nli_triples
+from demitasse.data.overlap import evaluation_pairs
 from demitasse.errors import DemitasseError
 from demitasse.training.espresso import EspressoLoss
 from demitasse.training.losses import LastLayerLoss, MatryoshkaLoss, ModelLoss, make_base_loss
@@ -25,14 +26,17 @@ MRL_DIMS = (384, 256, 128, 64, 32, 16, 8)
 
 
 def load_training_sets(names: Sequence[str], data_dir: DataDir = None) -> list[TrainingSet]:
-    """Training sets by name: ``stsb-train``, ``sick-train``, ``snli`` (triples)."""
+    """Training sets by name: ``stsb-train``, ``sick-train``, ``snli`` (triples), less every
+    pair that is also an STS test or dev pair (most of STS-B train is STS12–16 test: see
+    :mod:`demitasse.data.overlap`)."""
     unknown = [n for n in names if n not in TRAINING_SETS]
     if unknown or not names:
         raise DemitasseError(
             f"unknown training data {', '.join(unknown) or '(none)'}; "
             f"choose from {', '.join(TRAINING_SETS)}"
         )
-    return [TRAINING_SETS[name](data_dir) for name in names]
+    held_out = evaluation_pairs(data_dir)
+    return [TRAINING_SETS[name](data_dir).without_pairs(held_out) for name in names]
 
 
 def make_objective(

@@ -33,6 +33,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 from tqdm.auto import tqdm
 
 from demitasse.data.nli import NLI_LABELS, NLIPairs, Triples
+from demitasse.data.overlap import UnorderedPair, held_out_mask
 from demitasse.data.pairs import ScoredPairs
 from demitasse.errors import DataError, DemitasseError
 from demitasse.evaluation.sts import spearman_x100
@@ -68,6 +69,31 @@ class TrainingSet:
 
     def __len__(self) -> int:
         return len(self.anchors)
+
+    def without_pairs(self, held_out: set[UnorderedPair]) -> TrainingSet:
+        """The examples whose (anchor, positive) and (anchor, negative) pairs are not in
+        ``held_out``, in their order and under the same name."""
+        drop = held_out_mask(self.anchors, self.positives, held_out)
+        if self.negatives is not None:
+            drop |= held_out_mask(self.anchors, self.negatives, held_out)
+        keep = ~drop
+        if keep.sum() < 2:
+            raise DataError(
+                f"{self.name}: {int(keep.sum())} of {len(self)} examples left once the "
+                "evaluation pairs are removed; training needs at least 2"
+            )
+
+        def kept(items: list[str]) -> list[str]:
+            return [item for item, k in zip(items, keep, strict=True) if k]
+
+        return TrainingSet(
+            self.name,
+            kept(self.anchors),
+            kept(self.positives),
+            None if self.negatives is None else kept(self.negatives),
+            None if self.scores is None else self.scores[keep],
+            None if self.labels is None else self.labels[keep],
+        )
 
     @classmethod
     def from_scored_pairs(cls, pairs: ScoredPairs, low: float, high: float) -> TrainingSet:
