@@ -328,7 +328,7 @@ def main() -> int:
         if not only <= set(main_specs):
             parser.error(f"--only: choose from {', '.join(main_specs)}")
         main_specs = {n: spec for n, spec in main_specs.items() if n in only}
-    sets = load_training_sets(args.data.split(","), args.data_dir)
+    sets = load_training_sets(args.data.split(","), args.data_dir, report=log)
     dev = load_stsb("dev", args.data_dir)
     log("training sets: " + ", ".join(f"{s.name} {len(s)}" for s in sets))
 

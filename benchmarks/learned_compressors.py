@@ -171,7 +171,9 @@ def main() -> int:
     )
     parser.add_argument("--max-epochs", type=int, default=8, help="per SMEC stage / adaptor")
     parser.add_argument("--retrieval-epochs", type=int, default=20, help="retrieval setting")
-    parser.add_argument("--cosent-weight", type=float, default=5.0)
+    # Chosen on STS-B dev + SICK trial for SMEC with the clean pairs (2k unlabeled sentences):
+    # weights 0 / 0.2 / 0.5 / 5 gave a mean of 68.1 / 69.1 / 73.7 / 72.2 at 8 dims.
+    parser.add_argument("--cosent-weight", type=float, default=0.5)
     parser.add_argument("--rank-weight", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-retrieval", action="store_true")

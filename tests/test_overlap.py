@@ -53,6 +53,12 @@ def test_named_training_sets_share_no_pair_with_the_sts_test_and_dev_splits(
     stsb_raw = TRAINING_SETS["stsb-train"](data_dir)
     # STS-B train was drawn from the STS12–16 tasks: most of its pairs are test pairs there.
     assert len(pair_keys(stsb_raw.anchors, stsb_raw.positives) & test_pairs) > 4000
-    for clean in load_training_sets(list(TRAINING_SETS), data_dir):
+    reported: list[str] = []
+    cleaned = load_training_sets(list(TRAINING_SETS), data_dir, report=reported.append)
+    assert reported[0] == (
+        "stsb-train: 990 of 5749 examples kept; the other 4759 are STS test or dev pairs"
+    )
+    assert len(reported) == 2  # SNLI shares no pair with the STS sets
+    for clean in cleaned:
         assert not pair_keys(clean.anchors, clean.positives) & held_out
         assert len(clean) >= 900

@@ -263,7 +263,7 @@ def _run_train(args: argparse.Namespace) -> int:
         or (EXIT_HEAD_LEARNING_RATE if args.exit_heads else None),
     )
     names = [n.strip() for n in args.data.split(",") if n.strip()]
-    sets = load_training_sets(names, args.data_dir)
+    sets = load_training_sets(names, args.data_dir, report=_log)
     dev = load_stsb("dev", args.data_dir)
     model = SentenceModel.load(args.model)
     espresso_options = (

@@ -25,10 +25,12 @@ METHODS = ("raw", "mrl", "ese")
 MRL_DIMS = (384, 256, 128, 64, 32, 16, 8)
 
 
-def load_training_sets(names: Sequence[str], data_dir: DataDir = None) -> list[TrainingSet]:
+def load_training_sets(
+    names: Sequence[str], data_dir: DataDir = None, report: Callable[[str], None] | None = None
+) -> list[TrainingSet]:
     """Training sets by name: ``stsb-train``, ``sick-train``, ``snli`` (triples), less every
     pair that is also an STS test or dev pair (most of STS-B train is STS12–16 test: see
-    :mod:`demitasse.data.overlap`)."""
+    :mod:`demitasse.data.overlap`); ``report`` gets a line for each set that lost examples."""
     unknown = [n for n in names if n not in TRAINING_SETS]
     if unknown or not names:
         raise DemitasseError(
@@ -36,7 +38,16 @@ def load_training_sets(names: Sequence[str], data_dir: DataDir = None) -> list[T
             f"choose from {', '.join(TRAINING_SETS)}"
         )
     held_out = evaluation_pairs(data_dir)
-    return [TRAINING_SETS[name](data_dir).without_pairs(held_out) for name in names]
+    sets = []
+    for name in names:
+        full = TRAINING_SETS[name](data_dir)
+        sets.append(full.without_pairs(held_out))
+        if report is not None and len(sets[-1]) < len(full):
+            report(
+                f"{name}: {len(sets[-1])} of {len(full)} examples kept; the other "
+                f"{len(full) - len(sets[-1])} are STS test or dev pairs"
+            )
+    return sets
 
 
 def make_objective(
