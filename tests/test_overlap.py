@@ -7,8 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from demitasse.data import ScoredPairs, load_sts_suite
-from demitasse.data.overlap import evaluation_pairs, pair_keys, unordered_pair, without_pairs
+from demitasse.data import ScoredPairs, load_sts_suite, load_stsb, stsb_fit_sentences
+from demitasse.data.overlap import (
+    evaluation_pairs,
+    evaluation_sentences,
+    pair_keys,
+    unordered_pair,
+    without_pairs,
+)
 from demitasse.errors import DataError
 from demitasse.training.recipes import TRAINING_SETS, load_training_sets
 from demitasse.training.trainer import TrainingSet
@@ -62,3 +68,10 @@ def test_named_training_sets_share_no_pair_with_the_sts_test_and_dev_splits(
     for clean in cleaned:
         assert not pair_keys(clean.anchors, clean.positives) & held_out
         assert len(clean) >= 900
+
+
+def test_default_fit_sentences_hold_no_evaluation_sentence(data_dir: Path) -> None:
+    held_out = evaluation_sentences(data_dir)
+    fit = stsb_fit_sentences(data_dir)
+    assert fit and not set(fit) & held_out
+    assert len(fit) == len(set(load_stsb("train", data_dir).texts()) - held_out)

@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--fit-data",
         default=STSB_TRAIN,
-        help=f"text file to fit compressors on, or '{STSB_TRAIN}' (STS-B train sentences)",
+        help=f"text file to fit compressors on, or '{STSB_TRAIN}' (the STS-B train sentences "
+        "that are in no STS test or dev split)",
     )
     evaluate.add_argument("--precision", default="float32", help="float32,int8,binary")
     evaluate.add_argument(
@@ -307,10 +308,10 @@ def _log(message: str) -> None:
 
 
 def _fit_texts(spec: str, data_dir: str | None) -> list[str]:
-    from demitasse.data import load_stsb, read_texts
+    from demitasse.data import read_texts, stsb_fit_sentences
 
     if spec == STSB_TRAIN:
-        return load_stsb("train", data_dir).texts()
+        return stsb_fit_sentences(data_dir)
     return read_texts(spec)
 
 

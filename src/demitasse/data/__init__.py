@@ -9,7 +9,12 @@ from demitasse.data.embeddings import check_finite, load_embeddings
 from demitasse.data.files import load_scored_pairs, read_corpus, read_texts
 from demitasse.data.hub import HUB_REPOS, load_hf_sts
 from demitasse.data.nli import NLI_LABELS, NLIPairs, Triples, load_snli, nli_triples
-from demitasse.data.overlap import evaluation_pairs, without_pairs
+from demitasse.data.overlap import (
+    evaluation_pairs,
+    evaluation_sentences,
+    stsb_fit_sentences,
+    without_pairs,
+)
 from demitasse.data.pairs import ScoredPairs, concat_pairs
 from demitasse.data.parallel import ParallelTexts, load_multi30k, load_parallel
 from demitasse.data.paths import DATA_ENV, resolve_data_dir
@@ -56,6 +61,7 @@ __all__ = [
     "check_finite",
     "concat_pairs",
     "evaluation_pairs",
+    "evaluation_sentences",
     "load_beir",
     "load_binary_line_files",
     "load_classification_set",
@@ -81,5 +87,6 @@ __all__ = [
     "read_corpus",
     "read_texts",
     "resolve_data_dir",
+    "stsb_fit_sentences",
     "without_pairs",
 ]

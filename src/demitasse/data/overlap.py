@@ -3,7 +3,9 @@
 STS-B was assembled from the STS 2012–2016 shared tasks, so most STS-B *train* pairs are also
 STS12–16 *test* pairs, with the same gold score: 4,759 of its 5,749 pairs in the shared data.
 Training on them is training on the test sets. SICK's train and test splits also share a few
-pairs. Every training path that reads scored pairs drops such pairs first.
+pairs. Every training path that reads scored pairs drops such pairs first, and fits that
+read STS-B train sentences without labels (PCA, quantiser ranges) drop every STS test or dev
+sentence.
 """
 
 from __future__ import annotations
@@ -31,18 +33,30 @@ def pair_keys(sentences1: Sequence[str], sentences2: Sequence[str]) -> set[Unord
     return {unordered_pair(a, b) for a, b in zip(sentences1, sentences2, strict=True)}
 
 
+def evaluation_splits(
+    data_dir: str | Path | None = None, names: Iterable[str] = STS_SUITE
+) -> list[ScoredPairs]:
+    """The STS test splits of ``names`` and the STS-B / SICK-R dev splits."""
+    tests = list(load_sts_suite(data_dir, names).values())
+    return tests + [load_sts(name, data_dir, split="dev") for name in DEV_SPLITS]
+
+
 def evaluation_pairs(
     data_dir: str | Path | None = None, names: Iterable[str] = STS_SUITE
 ) -> set[UnorderedPair]:
-    """Every sentence pair of the STS test splits of ``names`` and of the STS-B / SICK-R dev
-    splits, order ignored."""
+    """Every sentence pair of :func:`evaluation_splits`, order ignored."""
     held_out: set[UnorderedPair] = set()
-    for pairs in load_sts_suite(data_dir, names).values():
+    for pairs in evaluation_splits(data_dir, names):
         held_out |= pair_keys(pairs.sentences1, pairs.sentences2)
-    for name in DEV_SPLITS:
-        dev = load_sts(name, data_dir, split="dev")
-        held_out |= pair_keys(dev.sentences1, dev.sentences2)
     return held_out
+
+
+def evaluation_sentences(
+    data_dir: str | Path | None = None, names: Iterable[str] = STS_SUITE
+) -> set[str]:
+    """Every sentence of :func:`evaluation_splits`: what an unsupervised fit (PCA, quantiser
+    ranges) must not see either."""
+    return {text for pairs in evaluation_splits(data_dir, names) for text in pairs.texts()}
 
 
 def held_out_mask(
@@ -64,3 +78,12 @@ def without_pairs(pairs: ScoredPairs, held_out: set[UnorderedPair]) -> ScoredPai
         [s for s, k in zip(pairs.sentences2, keep, strict=True) if k],
         pairs.scores[keep],
     )
+
+
+def stsb_fit_sentences(data_dir: str | Path | None = None) -> list[str]:
+    """The STS-B train sentences that occur in no STS test or dev split (1,644 of 10,518 in
+    the shared data): the default fit data of the post-hoc compressors."""
+    held_out = evaluation_sentences(data_dir)
+    return [
+        text for text in load_sts("STS-B", data_dir, split="train").texts() if text not in held_out
+    ]
