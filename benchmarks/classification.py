@@ -95,7 +95,8 @@ def main() -> int:
             f"{probe_seconds[len(probe_seconds) // 2]:.1f} s median, "
             f"{probe_seconds[-1]:.1f} s max.  ",
             f"Model {encoder.name}, last layer, {encoder.pooling} pooling; PCA fitted on the "
-            "STS-B train sentences (never on the classification sets); float32.",
+            "STS-B train sentences that are in no STS test or dev split (never on the "
+            "classification sets); float32.",
             "",
             "Protocol (SentEval's, `demitasse.evaluation.classification`): logistic regression "
             "(lbfgs) on features standardised on the training rows, L2 strength C from "
