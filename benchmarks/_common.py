@@ -24,8 +24,8 @@ def run_posthoc_grid(
     precisions: Sequence[str],
 ) -> tuple[TransformerEncoder, list[ResultRecord], float]:
     """Score ``tasks`` for the model's last layer with compressors and int8 ranges fitted on the
-    STS-B train sentences that are in no STS test or dev split (most are STS12–16 test
-    sentences); returns the wall time too."""
+    STS-B train sentences that are in no STS test or dev split (most of the others are STS12–16
+    test sentences); returns the wall time too."""
     started = time.perf_counter()
     encoder = load_encoder(model)
     records = evaluate_grid(

@@ -7,9 +7,8 @@ separately: *unsupervised* (compressors and PCA fitted on unlabeled sentences on
 pair, whose scores drive a CoSENT term); SciFact test nDCG@10 at 128/64/32 for both. A third
 setting, *retrieval*, is the Search-Adaptor one: every compressor fitted on the SciFact corpus
 and train queries, the learned ones with the rank loss on the train qrels; it is judged on
-SciFact test only. Also
-transform throughput next to PCA's. Loss weights were chosen on STS-B dev, SICK trial and 160
-held-out SciFact train queries; test figures come from this single run.
+SciFact test only. Also transform throughput next to PCA's. Loss weights were chosen on STS-B
+dev, SICK trial and 160 held-out SciFact train queries; test figures come from this single run.
 
     python benchmarks/learned_compressors.py --data-dir ../shared/data
 """

@@ -3,8 +3,7 @@
 Uncompressed (384 dims) and truncation / PCA at 256, 128, 64, 32 dims × float32/int8/binary,
 exact faiss search (cosine; binary: Hamming), nDCG@10, Recall@100 and MRR@10 ×100 on the test
 split. Compressors and int8 ranges are fitted on the STS-B train sentences that are in no STS
-test or dev split. The uncompressed
-row reproduces the published nDCG@10 of the model.
+test or dev split. The uncompressed row reproduces the published nDCG@10 of the model.
 
     python benchmarks/retrieval.py --data-dir ../shared/data
 """
