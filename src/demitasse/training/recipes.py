@@ -41,11 +41,12 @@ def load_training_sets(
     sets = []
     for name in names:
         full = TRAINING_SETS[name](data_dir)
-        sets.append(full.without_pairs(held_out))
-        if report is not None and len(sets[-1]) < len(full):
+        kept = full.without_pairs(held_out)
+        sets.append(kept)
+        if report is not None and len(kept) < len(full):
             report(
-                f"{name}: {len(sets[-1])} of {len(full)} examples kept; the other "
-                f"{len(full) - len(sets[-1])} are STS test or dev pairs"
+                f"{name}: {len(kept)} of {len(full)} examples kept; the other "
+                f"{len(full) - len(kept)} are STS test or dev pairs"
             )
     return sets
 
