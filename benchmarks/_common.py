@@ -7,11 +7,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from demitasse.data import stsb_fit_sentences
+from demitasse.data import STSB_FIT_DATA, stsb_fit_sentences
 from demitasse.encoders import TransformerEncoder, load_encoder
 from demitasse.evaluation import ResultRecord, Task, evaluate_grid, parse_compressor_specs
-
-FIT_DATA = "stsb-train-clean"
 
 
 def run_posthoc_grid(
@@ -35,7 +33,7 @@ def run_posthoc_grid(
         dims=dims,
         precisions=precisions,
         fit_texts=stsb_fit_sentences(data_dir),
-        fit_data=FIT_DATA,
+        fit_data=STSB_FIT_DATA,
         log=lambda message: print(message, file=sys.stderr, flush=True),
     )
     return encoder, records, time.perf_counter() - started

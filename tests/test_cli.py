@@ -63,7 +63,7 @@ def test_eval_writes_table_records_and_plot(
     records = json.loads((out / "results.json").read_text())
     assert len(records) == 3 * 2 * 3 * 2 * 3  # layers × methods × dims × precisions × sets
     assert {r["dataset"] for r in records} == {"STS12", "SICK-R", "avg"}
-    assert {r["fit_data"] for r in records if r["method"] == "pca"} == {"stsb-train"}
+    assert {r["fit_data"] for r in records if r["method"] == "pca"} == {"stsb-train-clean"}
     png = (out / "sts_vs_dim.png").read_bytes()
     assert png.startswith(b"\x89PNG")
 

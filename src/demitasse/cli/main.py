@@ -341,6 +341,7 @@ def _evaluate_and_report(
     limit: int | None,
     batch_size: int,
 ) -> Path:
+    from demitasse.data import STSB_FIT_DATA
     from demitasse.encoders import DEFAULT_MODEL, load_encoder
     from demitasse.evaluation.grid import (
         evaluate_grid,
@@ -360,7 +361,7 @@ def _evaluate_and_report(
     task_names = parse_task_names(tasks)
     task_list = build_tasks(task_names, data_dir, sts_datasets=datasets, limit=limit)
     fit_texts = _fit_texts(fit_data, data_dir)
-    fit_name = fit_data if fit_data == STSB_TRAIN else Path(fit_data).name
+    fit_name = STSB_FIT_DATA if fit_data == STSB_TRAIN else Path(fit_data).name
     encoder = load_encoder(model or DEFAULT_MODEL)
     chosen_layers = list(range(1, encoder.num_layers + 1)) if layer_list is None else layer_list
     started = time.perf_counter()

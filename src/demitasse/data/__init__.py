@@ -10,6 +10,7 @@ from demitasse.data.files import load_scored_pairs, read_corpus, read_texts
 from demitasse.data.hub import HUB_REPOS, load_hf_sts
 from demitasse.data.nli import NLI_LABELS, NLIPairs, Triples, load_snli, nli_triples
 from demitasse.data.overlap import (
+    STSB_FIT_DATA,
     evaluation_pairs,
     evaluation_sentences,
     stsb_fit_sentences,
@@ -48,6 +49,7 @@ __all__ = [
     "DATA_ENV",
     "HUB_REPOS",
     "NLI_LABELS",
+    "STSB_FIT_DATA",
     "STS_SUITE",
     "BeirDataset",
     "LabeledPairs",

@@ -23,6 +23,9 @@ DEV_SPLITS = ("STS-B", "SICK-R")
 
 UnorderedPair = tuple[str, str]
 
+#: How results name a fit on :func:`stsb_fit_sentences` (not all of STS-B train).
+STSB_FIT_DATA = "stsb-train-clean"
+
 
 def unordered_pair(first: str, second: str) -> UnorderedPair:
     """A pair key that ignores which sentence came first (STS scores are symmetric)."""
