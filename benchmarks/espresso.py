@@ -11,6 +11,9 @@ same schedule as their reference.
     python benchmarks/espresso.py --data-dir ../shared/data
 
 Runs are kept under --runs-dir and resume when interrupted; a finished run is not retrained.
+With --dev-only the finished runs are scored on STS-B dev alone and the acceptance checks
+printed, so a new candidate (another rate, say) is compared with earlier ones before any test
+set sees it.
 """
 
 from __future__ import annotations
@@ -218,6 +221,16 @@ def check_rows(checks: list[tuple[str, float, float]]) -> list[list[Any]]:
     return [[name, round(value, 2), f">= {floor:+g}"] for name, value, floor in checks]
 
 
+def dev_checks_table(dev_checks: dict[tuple[float, str], list[tuple[str, float, float]]]) -> str:
+    """One row per (learning rate, ESE run): its acceptance checks on STS-B dev."""
+    first = next(iter(dev_checks.values()))
+    rows = [
+        [f"{candidate:g}", name, *(round(v, 2) for _, v, _ in checks)]
+        for (candidate, name), checks in dev_checks.items()
+    ]
+    return markdown_table(["lr", "ESE run", *(name for name, *_ in first)], rows)
+
+
 def choose_run(
     dev_checks: dict[tuple[float, str], list[tuple[str, float, float]]],
 ) -> tuple[float, str]:
@@ -284,6 +297,12 @@ def main() -> int:
         "for what the heads give without any Espresso training of the encoder",
     )
     parser.add_argument("--no-ablations", action="store_true")
+    parser.add_argument(
+        "--dev-only",
+        action="store_true",
+        help="score the main runs on STS-B dev alone, print the acceptance checks and exit: "
+        "a candidate judged this way has not seen the test sets when it is compared",
+    )
     parser.add_argument(
         "--only-ablations",
         action="store_true",
@@ -382,7 +401,7 @@ def main() -> int:
     base_name = load_encoder(args.model, cache=False).name
     dev_records: list[ResultRecord] = []
     dev_checks: dict[tuple[float, str], list[tuple[str, float, float]]] = {}
-    if len(lrs) > 1 or len(ese_runs) > 1:
+    if len(lrs) > 1 or len(ese_runs) > 1 or args.dev_only:
         suite = {"STSBenchmark-dev": dev}
         dev_records = sts_grid(args.model, base_name, suite)
         for run_lr, runs_at in main_runs.items():
@@ -394,6 +413,9 @@ def main() -> int:
             for name in ese_runs:
                 ese = f"{base_name}+{name}@lr{candidate:g}"
                 dev_checks[candidate, name] = acceptance(dev_avg, base_name, ese, raw, mrl)
+    if args.dev_only:
+        print(dev_checks_table(dev_checks))
+        return 0
     lr, ese_name = choose_run(dev_checks) if dev_checks else (lrs[0], next(iter(ese_runs)))
     variant = ese_runs[ese_name]
     trained = {k: v for k, v in main_runs.get(lr, {}).items() if k in (*BASELINES, POSTHOC)}
@@ -451,19 +473,13 @@ def main() -> int:
         "",
     ]
     if dev_checks:
-        dev_rows = [
-            [f"{candidate:g}", name, *(round(v, 2) for _, v, _ in checks)]
-            for (candidate, name), checks in dev_checks.items()
-        ]
         sections += [
             f"Chosen on STS-B dev among rates {', '.join(f'{v:g}' for v in lrs)} and ESE "
             f"variants {', '.join(variants)}: **lr {lr:g}, {ese_name}** (most acceptance "
             "checks passed on dev, then the larger ≺Avg gain); only that rate's RAW and MRL "
             "and that ESE run were scored on the test sets. The checks on dev:",
             "",
-            markdown_table(
-                ["lr", "ESE run", *(name for name, *_ in dev_checks[lr, ese_name])], dev_rows
-            ),
+            dev_checks_table(dev_checks),
             "",
         ]
     if all(f"{base_name}+{k}" in main_models for k in main_names):
