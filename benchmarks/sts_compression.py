@@ -1,6 +1,6 @@
 """STS table for post-hoc compression baselines on all-MiniLM-L6-v2.
 
-Truncation, PCA, PCA+ABTT and Gaussian random projection × dims 384..8 × float32/int8/binary on
+Truncation, PCA, PCA+ABTT, whitened PCA and Gaussian random projection × dims 384..8 × float32/int8/binary on
 STS12-16, STS-B and SICK-R (test splits). Compressors and int8 ranges are fitted on STS-B
 train sentences only. The uncompressed row reproduces the published figures of the model.
 
@@ -41,7 +41,7 @@ def main() -> int:
         [STSTask(load_sts_suite(args.data_dir))],
         model=args.model,
         data_dir=args.data_dir,
-        compressors="none,truncate,pca,pca-abtt,random",
+        compressors="none,truncate,pca,pca-abtt,pca-whiten,random",
         dims=[int(d) for d in args.dims.split(",")],
         precisions=["float32", "int8", "binary"],
     )
