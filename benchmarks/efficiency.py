@@ -110,8 +110,8 @@ def transform_part(args: argparse.Namespace, fit_texts: list[str]) -> list:
         compressor = make_compressor(label, dim=largest, **params)
         records += timed(compressor.fit(vectors, fit_data="stsb-train"), label, args.transform_dims)
         print(f"transform {label}: done", file=sys.stderr, flush=True)
+    fit_data = "stsb-train (1 epoch, for timing)"
     for label, params in LEARNED_FOR_TIMING.items():
-        fit_data = "stsb-train (1 epoch, for timing)"
         if make_compressor(label).matryoshka:
             compressor = make_compressor(label, dim=largest, **params)
             records += timed(compressor.fit(vectors, fit_data=fit_data), label, args.transform_dims)

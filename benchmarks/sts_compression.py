@@ -1,8 +1,9 @@
 """STS table for post-hoc compression baselines on all-MiniLM-L6-v2.
 
-Truncation, PCA, PCA+ABTT, whitened PCA and Gaussian random projection × dims 384..8 × float32/int8/binary on
-STS12-16, STS-B and SICK-R (test splits). Compressors and int8 ranges are fitted on STS-B
-train sentences only. The uncompressed row reproduces the published figures of the model.
+Truncation, PCA, PCA+ABTT, whitened PCA and Gaussian random projection × dims 384..8 ×
+float32/int8/binary on STS12-16, STS-B and SICK-R (test splits). Compressors and int8 ranges
+are fitted on STS-B train sentences only. The uncompressed row reproduces the published
+figures of the model.
 
     python benchmarks/sts_compression.py --data-dir ../shared/data
 """
