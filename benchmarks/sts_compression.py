@@ -2,8 +2,8 @@
 
 Truncation, PCA, PCA+ABTT, whitened PCA and Gaussian random projection × dims 384..8 ×
 float32/int8/binary on STS12-16, STS-B and SICK-R (test splits). Compressors and int8 ranges
-are fitted on STS-B train sentences only. The uncompressed row reproduces the published
-figures of the model.
+are fitted on the STS-B train sentences that are in no STS test or dev split. The uncompressed
+row reproduces the published figures of the model.
 
     python benchmarks/sts_compression.py --data-dir ../shared/data
 """
