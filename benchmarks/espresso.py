@@ -104,6 +104,12 @@ ESE_VARIANTS: dict[str, dict[str, Any]] = {
         "inner_rate": 0.25,
         "exit_heads": True,
     },
+    "nested8-heads-decoupled-0.1": {
+        "matryoshka_dims": NESTED_TO_8,
+        "decoupled_updates": True,
+        "inner_rate": 0.1,
+        "exit_heads": True,
+    },
     "nested8-heads-decoupled-0": {
         "matryoshka_dims": NESTED_TO_8,
         "decoupled_updates": True,
@@ -143,6 +149,8 @@ ESE_DESCRIPTIONS = {
     "training only the exit heads (the encoder moves for the last layer's terms alone)",
     "nested8-heads-decoupled-0.25": "as `nested-heads-decoupled-0.25`, with the prefixes 128, "
     "64, 32, 16 and 8",
+    "nested8-heads-decoupled-0.1": "as `nested8-heads-decoupled-0.25`, the inner layers' update "
+    "at a tenth of the rate",
     "nested8-heads-decoupled-0": "as `nested-heads-decoupled-0`, with the prefixes 128, 64, 32, "
     "16 and 8",
 }
