@@ -203,3 +203,16 @@ def test_eval_real_model_int8_on_a_slice(data_dir: Path, tmp_path: Path) -> None
     # int8 keeps almost everything; PCA to 64 dims keeps most of it.
     assert abs(scores[("none", "int8")] - scores[("none", "float32")]) < 2
     assert scores[("pca", "float32")] > scores[("none", "float32")] - 8
+
+
+def test_warnings_print_as_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    vectors = tmp_path / "v.npy"
+    np.save(vectors, np.random.default_rng(0).normal(size=(40, 6)).astype(np.float32))
+    code = main(["fit", "--method", "pca", "--dim", "16", "--input", str(vectors),
+                 "--out", str(tmp_path / "pca")])  # fmt: skip
+    assert code == 0
+    warning_lines = [ln for ln in capsys.readouterr().err.splitlines() if "warning" in ln]
+    assert warning_lines == [
+        "demitasse: warning: PCA(dim=16): dim=16 exceeds the 6 outputs available from 6 input "
+        "features; using 6"
+    ]

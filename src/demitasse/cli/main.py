@@ -9,9 +9,10 @@ import argparse
 import os
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from demitasse.errors import DemitasseError
 
@@ -194,8 +195,26 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=64)
 
 
+def _warn_in_one_line(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    # Python's default shows the source file and line: noise for a command-line user.
+    print(f"demitasse: warning: {message}", file=file or sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _warn_in_one_line
+        return _dispatch(args)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         runners = {
             "demo": _run_demo,
@@ -461,7 +480,11 @@ def _run_fit(args: argparse.Namespace) -> int:
     compressor = specs[0].build(vectors.shape[1], args.dim)
     compressor.fit(vectors, fit_data=Path(args.input).name)
     compressor.save(args.out)
-    print(f"saved {compressor.metadata} to {args.out}")
+    meta = compressor.metadata
+    print(
+        f"saved {meta['method']} ({meta['input_dim']} -> {meta['output_dim']} dims, fitted on "
+        f"{meta['n_fit_samples']} rows of {meta['fit_data']}) to {args.out}"
+    )
     return 0
 
 
