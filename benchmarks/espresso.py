@@ -154,6 +154,14 @@ ESE_DESCRIPTIONS = {
     "nested8-heads-decoupled-0": "as `nested-heads-decoupled-0`, with the prefixes 128, 64, 32, "
     "16 and 8",
 }
+# --loss: the base loss every run wraps.
+LOSS_DESCRIPTIONS = {
+    "angle": "AnglE loss (CoSENT + in-batch negatives + magnitude-weighted angle, weights 1, "
+    "scale 20)",
+    "cosent": "CoSENT loss (scale 20; an NLI triple's entailment grades 1, its contradiction 0)",
+    "ibn": "in-batch negatives loss (InfoNCE, scale 20, contradictions as hard negatives; "
+    "scored pairs add nothing to it)",
+}
 # Exit heads fitted on RAW's frozen encoder with the heads variants' objective.
 POSTHOC = "raw+heads"
 POSTHOC_OPTIONS: dict[str, Any] = {"exit_heads": True}
@@ -258,6 +266,12 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=2e-5)
+    parser.add_argument(
+        "--loss",
+        choices=tuple(LOSS_DESCRIPTIONS),
+        default="angle",
+        help="base loss of every run (RAW, MRL and ESE alike)",
+    )
     parser.add_argument(
         "--ese",
         default="paper",
@@ -382,7 +396,7 @@ def main() -> int:
             train_backbone=frozen_start is None,
         )
         model = SentenceModel.load(frozen_start or args.model)
-        objective = make_objective(method, model.num_layers, model.dim, **options)
+        objective = make_objective(method, model.num_layers, model.dim, args.loss, **options)
         log(f"--- {name} (lr {lr:g}): {objective.describe()}")
         run_dir = runs / slug(name) if len(lrs) == 1 else runs / f"lr{lr:g}" / slug(name)
         result = fine_tune(model, objective, sets, run_dir, config, dev=dev, description=name)
@@ -465,8 +479,8 @@ def main() -> int:
         f"{os.getloadavg()[0]:.1f}.  ",
         f"Backbone {base_name}; data {args.data} ("
         + ", ".join(f"{s.name} {len(s)}" for s in sets)
-        + "); AnglE loss (CoSENT + in-batch negatives + magnitude-weighted angle, weights 1, "
-        f"scale 20); AdamW lr {lr:g}, batch {args.batch_size}, {args.epochs} epoch(s), "
+        + f"); {LOSS_DESCRIPTIONS[args.loss]}; AdamW lr {lr:g}, batch {args.batch_size}, "
+        f"{args.epochs} epoch(s), "
         "10 % warm-up, clipping 1.0, linear decay. "
         + (
             "Each run is evaluated at the end of its budget (STS-B dev is logged every "
