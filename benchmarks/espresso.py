@@ -110,6 +110,13 @@ ESE_VARIANTS: dict[str, dict[str, Any]] = {
         "inner_rate": 0.1,
         "exit_heads": True,
     },
+    "nested8-heads-decoupled-0.25-inner-compress": {
+        "matryoshka_dims": NESTED_TO_8,
+        "decoupled_updates": True,
+        "inner_rate": 0.25,
+        "exit_heads": True,
+        "compress_last": False,
+    },
     "nested8-heads-decoupled-0": {
         "matryoshka_dims": NESTED_TO_8,
         "decoupled_updates": True,
@@ -151,6 +158,9 @@ ESE_DESCRIPTIONS = {
     "64, 32, 16 and 8",
     "nested8-heads-decoupled-0.1": "as `nested8-heads-decoupled-0.25`, the inner layers' update "
     "at a tenth of the rate",
+    "nested8-heads-decoupled-0.25-inner-compress": "as `nested8-heads-decoupled-0.25`, with "
+    "learn-to-compress on the inner layers only (the last layer's prefixes trained by the "
+    "prefix losses alone)",
     "nested8-heads-decoupled-0": "as `nested-heads-decoupled-0`, with the prefixes 128, 64, 32, "
     "16 and 8",
 }

@@ -162,6 +162,19 @@ def test_espresso_options_average_inner_layers_and_add_prefix_losses() -> None:
         EspressoLoss(base, 3, inner_reduction="max")
 
 
+def test_compress_last_false_drops_only_the_last_layers_alignment() -> None:
+    layers = [PairBatch(*_pairs(d=16, seed=s)) for s in range(4)]  # embeddings + 3 blocks
+    base = InBatchNegativesLoss()
+    full = EspressoLoss(base, 3, compress_dim=4)
+    inner_only = EspressoLoss(base, 3, compress_dim=4, compress_last=False)
+    last_alignment = float(full.compress_weight * full._align(layers[3]))
+    assert last_alignment > 0
+    assert float(inner_only(layers)) == pytest.approx(float(full(layers)) - last_alignment)
+    # The inner layers' alignment stays: without any compression the loss is lower still.
+    no_compression = EspressoLoss(base, 3, compress_dim=4, compression="none")
+    assert float(no_compression(layers)) < float(inner_only(layers)) - 1e-6
+
+
 def test_espresso_loss_trains_every_layer_and_the_dynamic_weights() -> None:
     layers = [
         torch.randn(6, 16, requires_grad=True),

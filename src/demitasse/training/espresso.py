@@ -51,6 +51,9 @@ Beyond both, these options:
   layers need little from the backbone (``inner_rate`` may then be 0: the inner terms train
   the heads alone). The model saves them in ``exit_heads/`` (see
   :mod:`demitasse.encoders.exit_heads`); encoding and export apply them.
+* ``compress_last=False`` keeps learn-to-compress off the last layer (the inner layers keep
+  it): the alignment of the last layer's first k dims to its PCA target competes with the base
+  loss there, and ``matryoshka_dims`` trains that layer's prefixes directly.
 * ``matryoshka_dims`` adds the base loss on those prefixes of the last layer (a
   :class:`MatryoshkaLoss` over them): PCA alignment only reorders what the layer holds, and on
   a model whose truncations already beat its PCA projections it cannot make a 32-dim prefix as
@@ -161,6 +164,7 @@ class EspressoLoss(ModelLoss):
         decoupled_updates: bool = False,
         inner_rate: float = 1.0,
         exit_heads: bool = False,
+        compress_last: bool = True,
         dim: int | None = None,
         kl_temperature: float = 1.0,
     ) -> None:
@@ -201,6 +205,7 @@ class EspressoLoss(ModelLoss):
         self.decoupled_updates = decoupled_updates
         self.inner_rate = inner_rate
         self.exit_heads = exit_heads
+        self.compress_last = compress_last
         self.dim = dim
         self.kl_temperature = kl_temperature
         self._split: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -259,7 +264,7 @@ class EspressoLoss(ModelLoss):
             primary = primary + self.base(last.prefix(self._compress_dim(last)))
         if self.matryoshka is not None:
             primary = primary + self.matryoshka([last])
-        if compressing:
+        if compressing and self.compress_last:
             primary = primary + self.compress_weight * self._align(last)
         # ... and the inner layers'.
         inner = weights.sum() * 0.0
