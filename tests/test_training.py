@@ -482,7 +482,7 @@ def test_cli_train_then_export(
     code = [*argv[:-4], "--out", str(tmp_path / "code"), "--batch-size", "4"]
     code += ["--prefix-loss", "--inner-reduction", "mean", "--matryoshka-dims", "16,8"]
     code += ["--decoupled-updates", "--inner-rate", "0.5", "--gradient-priority", "--exit-heads"]
-    assert main([*code, "--express-weight", "0.5"]) == 0
+    assert main([*code, "--express-weight", "0.5", "--no-compress-last"]) == 0
     assert (tmp_path / "code" / "best" / "exit_heads" / "config.json").is_file()
     objective = json.loads((tmp_path / "code" / "training.json").read_text())["signature"]
     assert objective["config"]["objective_learning_rate"] == 1e-3
@@ -498,6 +498,7 @@ def test_cli_train_then_export(
     assert objective["objective"]["prefix_loss"] is True
     assert objective["objective"]["inner_reduction"] == "mean"
     assert objective["objective"]["matryoshka_dims"] == [16, 8]
+    assert objective["objective"]["compress_last"] is False
     assert objective["objective"]["express_weight"] == 0.5
     bad = [*argv[:-4], "--batch-size", "4", "--matryoshka-dims", "16,x"]
     assert main([*bad, "--out", str(tmp_path / "bad")]) == 2

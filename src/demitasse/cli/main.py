@@ -147,6 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
         "applied when encoding and exporting)",
     )
     train.add_argument(
+        "--no-compress-last",
+        dest="compress_last",
+        action="store_false",
+        default=None,
+        help="ese: learn-to-compress on the inner layers only, not on the last layer",
+    )
+    train.add_argument(
         "--frozen-encoder",
         action="store_true",
         help="train only the objective's own parameters (with --exit-heads: fit a head per "
@@ -300,6 +307,7 @@ def _run_train(args: argparse.Namespace) -> int:
         "decoupled_updates",
         "inner_rate",
         "exit_heads",
+        "compress_last",
     )
     options = {k: getattr(args, k) for k in espresso_options if getattr(args, k) is not None}
     if "matryoshka_dims" in options:
