@@ -45,7 +45,11 @@ from demitasse.report.plots import plot_layer_heatmap
 from demitasse.report.results_file import update_section
 from demitasse.training import SentenceModel, TrainingConfig, fine_tune
 from demitasse.training.espresso import EXIT_HEAD_LEARNING_RATE, REFERENCE_CODE
-from demitasse.training.recipes import load_training_sets, make_objective
+from demitasse.training.recipes import (
+    DEFAULT_TRAINING_DATA,
+    load_training_sets,
+    make_objective,
+)
 
 HERE = Path(__file__).resolve().parent
 DIMS = (256, 128, 64, 32, 16, 8)
@@ -272,7 +276,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--model", default="all-MiniLM-L6-v2")
-    parser.add_argument("--data", default="stsb-train,sick-train,snli")
+    parser.add_argument("--data", default=",".join(DEFAULT_TRAINING_DATA))
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=2e-5)

@@ -85,7 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--method", choices=("raw", "mrl", "ese"), default="ese")
     train.add_argument("--model", default="all-MiniLM-L6-v2", help="path or packaged name")
-    train.add_argument("--data", default="stsb-train,sick-train,snli", help="comma-separated")
+    train.add_argument(
+        "--data",
+        default=None,
+        help="comma-separated: stsb-train, sick-train, snli (default: stsb-train,snli)",
+    )
     train.add_argument("--data-dir", default=None, help="shared data folder ($DEMITASSE_DATA)")
     train.add_argument("--out", required=True, help="run directory (resumes if it exists)")
     train.add_argument("--loss", choices=("angle", "cosent", "ibn"), default="angle")
@@ -275,7 +279,11 @@ def _run_train(args: argparse.Namespace) -> int:
     from demitasse.evaluation.grid import parse_int_list
     from demitasse.training import SentenceModel, TrainingConfig, fine_tune
     from demitasse.training.espresso import EXIT_HEAD_LEARNING_RATE
-    from demitasse.training.recipes import load_training_sets, make_objective
+    from demitasse.training.recipes import (
+        DEFAULT_TRAINING_DATA,
+        load_training_sets,
+        make_objective,
+    )
 
     config = TrainingConfig(
         epochs=args.epochs,
@@ -289,7 +297,11 @@ def _run_train(args: argparse.Namespace) -> int:
         objective_learning_rate=args.head_lr
         or (EXIT_HEAD_LEARNING_RATE if args.exit_heads else None),
     )
-    names = [n.strip() for n in args.data.split(",") if n.strip()]
+    names = (
+        [n.strip() for n in args.data.split(",") if n.strip()]
+        if args.data is not None
+        else list(DEFAULT_TRAINING_DATA)
+    )
     sets = load_training_sets(names, args.data_dir, report=_log)
     dev = load_stsb("dev", args.data_dir)
     model = SentenceModel.load(args.model)
