@@ -511,6 +511,13 @@ def test_cli_train_then_export(
     assert main([*default, "--out", str(tmp_path / "default"), "--batch-size", "4"]) == 0
     signature = json.loads((tmp_path / "default" / "training.json").read_text())["signature"]
     assert [name for name, _ in signature["sets"]] == ["STS-B/train", "snli"]
+    assert signature["config"]["patience"] == 5
+    assert main([*default, "--out", str(tmp_path / "fixed"), "--patience", "0"]) == 0
+    printed = capsys.readouterr().out
+    assert f"{tmp_path / 'fixed' / 'last'}  (final model, 1 steps" in printed
+    assert "best STS-B dev checkpoint" in printed
+    signature = json.loads((tmp_path / "fixed" / "training.json").read_text())["signature"]
+    assert signature["config"]["patience"] is None
 
 
 @pytest.mark.skipif(

@@ -98,7 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--lr", type=float, default=2e-5)
     train.add_argument("--max-steps", type=int, default=None)
     train.add_argument("--eval-steps", type=int, default=100)
-    train.add_argument("--patience", type=int, default=5)
+    train.add_argument(
+        "--patience",
+        type=int,
+        default=5,
+        help="stop after this many STS-B dev evaluations without a new best (0: train the "
+        "whole budget)",
+    )
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--compress-dim", type=int, default=None, help="ese: k (default dim/3)")
     train.add_argument("--layer-weighting", choices=("default", "none", "dynamic"))
@@ -291,7 +297,7 @@ def _run_train(args: argparse.Namespace) -> int:
         learning_rate=args.lr,
         max_steps=args.max_steps,
         eval_steps=args.eval_steps,
-        patience=args.patience,
+        patience=args.patience or None,
         seed=args.seed,
         train_backbone=not args.frozen_encoder,
         objective_learning_rate=args.head_lr
@@ -330,7 +336,10 @@ def _run_train(args: argparse.Namespace) -> int:
     _log(f"training {args.method} on {', '.join(f'{s.name} ({len(s)})' for s in sets)}")
     result = fine_tune(model, objective, sets, args.out, config, dev=dev, description=args.method)
     best = "n/a" if result.best_score is None else f"{result.best_score:.2f}"
-    print(f"{result.model_dir}  (STS-B dev {best}, {result.steps} steps, {result.seconds:.0f} s)")
+    # Dev scores only the last layer at full width, so for ESE the best checkpoint can be the
+    # untrained model: the final one is what a fixed-budget comparison evaluates.
+    print(f"{result.last_dir}  (final model, {result.steps} steps, {result.seconds:.0f} s)")
+    print(f"{result.model_dir}  (best STS-B dev checkpoint, last layer: {best})")
     return 0
 
 
