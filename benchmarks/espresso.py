@@ -44,7 +44,11 @@ from demitasse.report import markdown_table
 from demitasse.report.plots import plot_layer_heatmap
 from demitasse.report.results_file import update_section
 from demitasse.training import SentenceModel, TrainingConfig, fine_tune
-from demitasse.training.espresso import EXIT_HEAD_LEARNING_RATE, REFERENCE_CODE
+from demitasse.training.espresso import (
+    EXIT_HEAD_LEARNING_RATE,
+    REFERENCE_CODE,
+    own_learning_rate,
+)
 from demitasse.training.recipes import (
     DEFAULT_TRAINING_DATA,
     load_training_sets,
@@ -307,6 +311,9 @@ def main() -> int:
     )
     parser.add_argument("--max-steps", type=int, default=None, help="cap every main run")
     parser.add_argument(
+        "--seed", type=int, default=0, help="data order and initialisation of every run"
+    )
+    parser.add_argument(
         "--sts-sets", default=None, help="test sets (comma-separated; default: the 7 STS sets)"
     )
     parser.add_argument("--eval-steps", type=int, default=100)
@@ -314,7 +321,8 @@ def main() -> int:
         "--head-lr",
         type=float,
         default=EXIT_HEAD_LEARNING_RATE,
-        help="learning rate of the exit heads (runs with exit heads only)",
+        help="learning rate of the objective's own parameters (runs with exit heads or "
+        "learnt layer weights only)",
     )
     parser.add_argument(
         "--ablation-steps", type=int, default=150, help="0: the full schedule of the main runs"
@@ -406,7 +414,10 @@ def main() -> int:
             max_steps=steps or args.max_steps,
             patience=args.patience or None,
             # Only runs with heads set it, so the signatures of earlier runs stay as they were.
-            objective_learning_rate=args.head_lr if options.get("exit_heads") else None,
+            objective_learning_rate=args.head_lr
+            if own_learning_rate(options.get("exit_heads", False), options.get("layer_weighting"))
+            else None,
+            seed=args.seed,
             train_backbone=frozen_start is None,
         )
         model = SentenceModel.load(frozen_start or args.model)
@@ -495,7 +506,7 @@ def main() -> int:
         + ", ".join(f"{s.name} {len(s)}" for s in sets)
         + f"); {LOSS_DESCRIPTIONS[args.loss]}; AdamW lr {lr:g}, batch {args.batch_size}, "
         f"{args.epochs} epoch(s), "
-        "10 % warm-up, clipping 1.0, linear decay. "
+        f"10 % warm-up, clipping 1.0, linear decay, seed {args.seed}. "
         + (
             "Each run is evaluated at the end of its budget (STS-B dev is logged every "
             f"{args.eval_steps} steps but selects nothing: on the last layer alone it would "

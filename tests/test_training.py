@@ -518,6 +518,11 @@ def test_cli_train_then_export(
     assert "best STS-B dev checkpoint" in printed
     signature = json.loads((tmp_path / "fixed" / "training.json").read_text())["signature"]
     assert signature["config"]["patience"] is None
+    assert signature["config"]["objective_learning_rate"] is None  # nothing of its own to fit
+    dynamic = [*default, "--out", str(tmp_path / "dynamic"), "--layer-weighting", "dynamic"]
+    assert main(dynamic) == 0
+    signature = json.loads((tmp_path / "dynamic" / "training.json").read_text())["signature"]
+    assert signature["config"]["objective_learning_rate"] == 1e-3  # learnt weights start uniform
 
 
 @pytest.mark.skipif(

@@ -174,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="learning rate of the objective's own parameters: exit heads, dynamic layer "
-        "weights (default 1e-3 with --exit-heads, else --lr)",
+        "weights (default 1e-3 with --exit-heads or --layer-weighting dynamic, else --lr)",
     )
 
     export = commands.add_parser(
@@ -284,7 +284,7 @@ def _run_train(args: argparse.Namespace) -> int:
     from demitasse.data import load_stsb
     from demitasse.evaluation.grid import parse_int_list
     from demitasse.training import SentenceModel, TrainingConfig, fine_tune
-    from demitasse.training.espresso import EXIT_HEAD_LEARNING_RATE
+    from demitasse.training.espresso import own_learning_rate
     from demitasse.training.recipes import (
         DEFAULT_TRAINING_DATA,
         load_training_sets,
@@ -301,7 +301,7 @@ def _run_train(args: argparse.Namespace) -> int:
         seed=args.seed,
         train_backbone=not args.frozen_encoder,
         objective_learning_rate=args.head_lr
-        or (EXIT_HEAD_LEARNING_RATE if args.exit_heads else None),
+        or own_learning_rate(args.exit_heads, args.layer_weighting),
     )
     names = (
         [n.strip() for n in args.data.split(",") if n.strip()]
