@@ -7,8 +7,8 @@ Loss (paper Eq. 2 and Eqs. 3–6), with n transformer blocks:
 
 * **Learn-to-express:** ``w_i = 1 / (1 + ln i)`` for layers 1..n−1 (``layer_weighting=
   "default"``); ``"none"`` sets every w_i = 1; ``"dynamic"`` learns them as (n−1)·softmax(θ),
-  so they keep their total and can only move weight between layers. The last layer always
-  has weight 1.
+  so they keep their total and can only move weight between layers (the trainer fits θ at the
+  objective's own rate, :func:`own_learning_rate`). The last layer always has weight 1.
 * **Learn-to-compress:** for a layer's batch embeddings X [N, d], the inner-dependency matrix
   A = softmax(XᵀX / √d) [d, d]; its top-k left singular vectors A_k [d, k]; the target
   T = X·A_k, computed without gradient; the first k dimensions of X are aligned to it with
