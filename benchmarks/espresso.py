@@ -45,7 +45,7 @@ from demitasse.report.plots import plot_layer_heatmap
 from demitasse.report.results_file import update_section
 from demitasse.training import SentenceModel, TrainingConfig, fine_tune
 from demitasse.training.espresso import (
-    EXIT_HEAD_LEARNING_RATE,
+    OWN_PARAMETERS_LEARNING_RATE,
     REFERENCE_CODE,
     own_learning_rate,
 )
@@ -320,7 +320,7 @@ def main() -> int:
     parser.add_argument(
         "--head-lr",
         type=float,
-        default=EXIT_HEAD_LEARNING_RATE,
+        default=OWN_PARAMETERS_LEARNING_RATE,
         help="learning rate of the objective's own parameters (runs with exit heads or "
         "learnt layer weights only)",
     )
@@ -413,10 +413,12 @@ def main() -> int:
             eval_steps=args.eval_steps,
             max_steps=steps or args.max_steps,
             patience=args.patience or None,
-            # Only runs with heads set it, so the signatures of earlier runs stay as they were.
-            objective_learning_rate=args.head_lr
-            if own_learning_rate(options.get("exit_heads", False), options.get("layer_weighting"))
-            else None,
+            # Only objectives with parameters of their own set it (runs without keep their
+            # signatures); --head-lr replaces the default rate of those that have them.
+            objective_learning_rate=own_learning_rate(
+                options.get("exit_heads", False), options.get("layer_weighting")
+            )
+            and args.head_lr,
             seed=args.seed,
             train_backbone=frozen_start is None,
         )

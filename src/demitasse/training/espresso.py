@@ -80,7 +80,7 @@ PCA_SCALINGS = ("none", "singular-values")
 INNER_REDUCTIONS = ("sum", "mean")
 # Exit heads and learnt layer weights start from scratch (the identity, uniform weights) and
 # need a far larger rate than the encoder: at 3e-5, 150 steps move a layer logit by < 0.005.
-EXIT_HEAD_LEARNING_RATE = 1e-3
+OWN_PARAMETERS_LEARNING_RATE = 1e-3
 # Every option in which the reference AnglE code departs from the paper, as the code has it.
 REFERENCE_CODE: dict[str, str | bool] = {
     "layer_indexing": "reference",
@@ -93,7 +93,7 @@ REFERENCE_CODE: dict[str, str | bool] = {
 def own_learning_rate(exit_heads: bool = False, layer_weighting: str | None = None) -> float | None:
     """The default rate of an Espresso objective's own parameters (None: it has none, or
     they train at the encoder's rate)."""
-    return EXIT_HEAD_LEARNING_RATE if exit_heads or layer_weighting == "dynamic" else None
+    return OWN_PARAMETERS_LEARNING_RATE if exit_heads or layer_weighting == "dynamic" else None
 
 
 def compression_target(
