@@ -406,6 +406,8 @@ def main() -> int:
         frozen_start: Path | None = None,
     ):
         """Train one run; from ``frozen_start`` only the objective's own parameters train."""
+        model = SentenceModel.load(frozen_start or args.model)
+        objective = make_objective(method, model.num_layers, model.dim, args.loss, **options)
         config = TrainingConfig(
             epochs=args.epochs,
             batch_size=args.batch_size,
@@ -415,15 +417,10 @@ def main() -> int:
             patience=args.patience or None,
             # Only objectives with parameters of their own set it (runs without keep their
             # signatures); --head-lr replaces the default rate of those that have them.
-            objective_learning_rate=own_learning_rate(
-                options.get("exit_heads", False), options.get("layer_weighting")
-            )
-            and args.head_lr,
+            objective_learning_rate=own_learning_rate(objective) and args.head_lr,
             seed=args.seed,
             train_backbone=frozen_start is None,
         )
-        model = SentenceModel.load(frozen_start or args.model)
-        objective = make_objective(method, model.num_layers, model.dim, args.loss, **options)
         log(f"--- {name} (lr {lr:g}): {objective.describe()}")
         run_dir = runs / slug(name) if len(lrs) == 1 else runs / f"lr{lr:g}" / slug(name)
         result = fine_tune(model, objective, sets, run_dir, config, dev=dev, description=name)

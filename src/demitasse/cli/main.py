@@ -291,18 +291,6 @@ def _run_train(args: argparse.Namespace) -> int:
         make_objective,
     )
 
-    config = TrainingConfig(
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        learning_rate=args.lr,
-        max_steps=args.max_steps,
-        eval_steps=args.eval_steps,
-        patience=args.patience or None,
-        seed=args.seed,
-        train_backbone=not args.frozen_encoder,
-        objective_learning_rate=args.head_lr
-        or own_learning_rate(args.exit_heads, args.layer_weighting),
-    )
     names = (
         [n.strip() for n in args.data.split(",") if n.strip()]
         if args.data is not None
@@ -333,6 +321,17 @@ def _run_train(args: argparse.Namespace) -> int:
     if options and args.method != "ese":
         raise DemitasseError(f"--{next(iter(options)).replace('_', '-')} applies to --method ese")
     objective = make_objective(args.method, model.num_layers, model.dim, args.loss, **options)
+    config = TrainingConfig(
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        learning_rate=args.lr,
+        max_steps=args.max_steps,
+        eval_steps=args.eval_steps,
+        patience=args.patience or None,
+        seed=args.seed,
+        train_backbone=not args.frozen_encoder,
+        objective_learning_rate=args.head_lr or own_learning_rate(objective),
+    )
     _log(f"training {args.method} on {', '.join(f'{s.name} ({len(s)})' for s in sets)}")
     result = fine_tune(model, objective, sets, args.out, config, dev=dev, description=args.method)
     best = "n/a" if result.best_score is None else f"{result.best_score:.2f}"

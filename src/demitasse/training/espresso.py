@@ -90,10 +90,10 @@ REFERENCE_CODE: dict[str, str | bool] = {
 }
 
 
-def own_learning_rate(exit_heads: bool = False, layer_weighting: str | None = None) -> float | None:
-    """The default rate of an Espresso objective's own parameters (None: it has none, or
-    they train at the encoder's rate)."""
-    return OWN_PARAMETERS_LEARNING_RATE if exit_heads or layer_weighting == "dynamic" else None
+def own_learning_rate(objective: torch.nn.Module) -> float | None:
+    """The default rate of a training objective's own parameters (exit heads, learnt layer
+    weights); None when it has none."""
+    return OWN_PARAMETERS_LEARNING_RATE if any(True for _ in objective.parameters()) else None
 
 
 def compression_target(
