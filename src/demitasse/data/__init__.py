@@ -4,6 +4,7 @@ parallel text, user pair and text files, and precomputed embeddings.
 Every user-caused problem raises :class:`DataError`.
 """
 
+from demitasse.data.augment import perturb_sentence, perturb_sentences
 from demitasse.data.beir import BeirDataset, load_beir
 from demitasse.data.embeddings import check_finite, load_embeddings
 from demitasse.data.files import load_scored_pairs, read_corpus, read_texts
@@ -86,6 +87,8 @@ __all__ = [
     "load_trec",
     "load_unlabeled",
     "nli_triples",
+    "perturb_sentence",
+    "perturb_sentences",
     "read_corpus",
     "read_texts",
     "resolve_data_dir",
