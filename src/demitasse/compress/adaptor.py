@@ -38,11 +38,13 @@ class MatryoshkaAdaptor(LearnedCompressor):
     """Residual MLP adaptor trained so that every prefix keeps the original similarities.
 
     The loss averages, over the Matryoshka dims ``dim, dim/2, …, min_dim``, the mean absolute
-    cosine gap over all in-batch pairs plus over each sample's ``topk`` in-batch neighbours;
+    cosine gap over all in-batch pairs (× ``pairwise_weight``) plus over each sample's ``topk``
+    in-batch neighbours;
     ``reconstruction_weight`` × ‖f(e)‖² keeps the adaptor near the identity. With supervision,
-    ``cosent_weight`` × CoSENT (scored pairs) and ``rank_weight`` × Search-Adaptor rank loss
-    (query–document pairs) are added, averaged over the same dims. Inputs are rotated onto their
-    principal axes first (``rotate``), so the untrained adaptor is exactly PCA.
+    ``cosent_weight`` × CoSENT (scored pairs), ``rank_weight`` × Search-Adaptor rank loss
+    (query–document pairs) and ``related_weight`` × the cosine gap over related pairs are
+    added, averaged over the same dims. Inputs are rotated onto their principal axes first
+    (``rotate``), so the untrained adaptor is exactly PCA.
     """
 
     method: ClassVar[str] = "adaptor"
@@ -56,6 +58,8 @@ class MatryoshkaAdaptor(LearnedCompressor):
         reconstruction_weight: float = 0.01,
         cosent_weight: float = 1.0,
         rank_weight: float = 1.0,
+        related_weight: float = 1.0,
+        pairwise_weight: float = 1.0,
         rotate: bool = True,
         batch_size: int = 256,
         max_epochs: int = 20,
@@ -74,6 +78,8 @@ class MatryoshkaAdaptor(LearnedCompressor):
         self.reconstruction_weight = reconstruction_weight
         self.cosent_weight = cosent_weight
         self.rank_weight = rank_weight
+        self.related_weight = related_weight
+        self.pairwise_weight = pairwise_weight
         self.rotate = rotate
         self.batch_size = batch_size
         self.max_epochs = max_epochs
@@ -116,6 +122,13 @@ class MatryoshkaAdaptor(LearnedCompressor):
 
         dims = self.matryoshka_dims_
         network = self.network_
+        pairwise_weight = float(self.pairwise_weight)
+
+        def all_pairs_term(x: torch.Tensor, reduced: torch.Tensor) -> torch.Tensor | float:
+            if pairwise_weight == 0:
+                return 0.0
+            loss = pairwise_similarity_loss(x, reduced)
+            return loss if pairwise_weight == 1 else pairwise_weight * loss
 
         def prefixes(u: torch.Tensor) -> list[torch.Tensor]:
             out = network(u)
@@ -126,7 +139,7 @@ class MatryoshkaAdaptor(LearnedCompressor):
             adapted = network(u)
             unsupervised = torch.stack(
                 [
-                    pairwise_similarity_loss(x, adapted[:, :d])
+                    all_pairs_term(x, adapted[:, :d])
                     + topk_similarity_loss(x, adapted[:, :d], int(self.topk))
                     for d in dims
                 ]

@@ -174,7 +174,12 @@ class LearnedCompressor(Compressor):
     * ``pairs=(A, B)`` embeddings [m, D] each, with ``scores`` [m]: CoSENT on the pairs;
     * ``queries`` and ``documents`` [m, D], row i of ``documents`` relevant to query i (optional
       ``relevance`` grades [m]): Search-Adaptor's pairwise rank loss, other in-batch documents
-      count as irrelevant.
+      count as irrelevant;
+    * ``related_pairs=(A, B)`` embeddings [m, D] each, unscored: pairs of closely related texts
+      (for example a sentence and a perturbed copy of it, see
+      :func:`demitasse.data.perturb_sentences`) whose original cosine the compressed pair must
+      keep. Still unsupervised, since the target is the backbone's own similarity; it covers the
+      high-similarity pairs that random batches of unrelated sentences almost never contain.
     """
 
     supervision: ClassVar[tuple[str, ...]] = (
@@ -183,6 +188,7 @@ class LearnedCompressor(Compressor):
         "queries",
         "documents",
         "relevance",
+        "related_pairs",
     )
     #: Rows per mini-batch for the supervised terms.
     supervised_batch_rows: ClassVar[int] = 128
@@ -197,6 +203,8 @@ class LearnedCompressor(Compressor):
     rotate: bool
     cosent_weight: float
     rank_weight: float
+    related_weight: float
+    pairwise_weight: float
     seed: int
     device: str
     progress: bool
@@ -212,7 +220,14 @@ class LearnedCompressor(Compressor):
                 raise CompressorError(f"{name}: {attr} must be a positive integer, got {value!r}")
         if not is_int(self.patience) or self.patience < 0:
             raise CompressorError(f"{name}: patience must be >= 0, got {self.patience!r}")
-        for attr in ("learning_rate", "weight_decay", "cosent_weight", "rank_weight"):
+        for attr in (
+            "learning_rate",
+            "weight_decay",
+            "cosent_weight",
+            "rank_weight",
+            "related_weight",
+            "pairwise_weight",
+        ):
             value = getattr(self, attr)
             if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
                 raise CompressorError(f"{name}: {attr} must be a number >= 0, got {value!r}")
@@ -334,6 +349,22 @@ class LearnedCompressor(Compressor):
             sets["rank"] = (q, doc, vector(grades, q.shape[0], "relevance"))
         elif supervision.get("relevance") is not None:
             raise DataError(f"{self.method}: relevance needs queries and documents")
+        related = supervision.get("related_pairs")
+        if related is not None:
+            if not isinstance(related, tuple | list) or len(related) != 2:
+                raise DataError(
+                    f"{self.method}: related_pairs must be a tuple (A, B) of embeddings"
+                )
+            left = matrix(related[0], "related_pairs[0]")
+            right = matrix(related[1], "related_pairs[1]")
+            if left.shape != right.shape or left.shape[0] < 4:
+                raise DataError(
+                    f"{self.method}: related_pairs need two equal-shape arrays of >= 4 rows"
+                )
+            # The target is the cosine of the original (unrotated, uncentred) embeddings.
+            norms = np.linalg.norm(left, axis=1) * np.linalg.norm(right, axis=1)
+            cosines = (left * right).sum(axis=1) / np.maximum(norms, 1e-12)
+            sets["related"] = (left, right, cosines.astype(np.float32))
 
         splits = {}
         for name, arrays in sets.items():
@@ -361,13 +392,24 @@ class LearnedCompressor(Compressor):
     def supervised_loss(
         self, encode: Callable[[torch.Tensor], list[torch.Tensor]], training: bool
     ) -> torch.Tensor | float:
-        """Weighted CoSENT + rank loss, averaged over the outputs ``encode`` returns."""
+        """Weighted CoSENT + rank loss + related-pair similarity gap, averaged over the outputs
+        ``encode`` returns."""
         import torch
 
-        from demitasse.compress.similarity_losses import cosent_loss, rank_loss
+        from demitasse.compress.similarity_losses import (
+            cosent_loss,
+            pair_similarity_loss,
+            rank_loss,
+        )
 
+        losses = {"cosent": cosent_loss, "rank": rank_loss, "related": pair_similarity_loss}
+        weights = {
+            "cosent": self.cosent_weight,
+            "rank": self.rank_weight,
+            "related": self.related_weight,
+        }
         total: torch.Tensor | float = 0.0
-        for name, weight in (("cosent", self.cosent_weight), ("rank", self.rank_weight)):
+        for name, weight in weights.items():
             split = self._supervised.get(name)
             if split is None or weight == 0:
                 continue
@@ -380,10 +422,7 @@ class LearnedCompressor(Compressor):
                 chunk = rows[start : start + size].to(split.tensors[0].device)
                 left, right, grades = (t[chunk] for t in split.tensors)
                 outputs = zip(encode(left), encode(right), strict=True)
-                if name == "cosent":
-                    terms += [cosent_loss(a, b, grades) for a, b in outputs]
-                else:
-                    terms += [rank_loss(a, b, grades) for a, b in outputs]
+                terms += [losses[name](a, b, grades) for a, b in outputs]
             total = total + weight * torch.stack(terms).mean()
         return total
 

@@ -114,9 +114,11 @@ class MCR2(LearnedCompressor):
     matryoshka: ClassVar[bool] = False
     supervision: ClassVar[tuple[str, ...]] = ("pairs",)
     scalar_state: ClassVar[tuple[str, ...]] = ("n_pairs_",)
-    # The shared trainer's CoSENT / rank terms are not part of this objective.
+    # The shared trainer's CoSENT / rank / related-pair terms are not part of this objective.
     cosent_weight: float = 0.0
     rank_weight: float = 0.0
+    related_weight: float = 0.0
+    pairwise_weight: float = 0.0
 
     def __init__(
         self,

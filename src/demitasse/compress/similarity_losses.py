@@ -2,7 +2,8 @@
 
 Unsupervised terms compare the cosine similarities of the original (frozen-backbone) embeddings
 with those of their compressed versions: over all pairs of a batch, over each sample's top-k
-neighbours in the batch, or over neighbours retrieved from a cross-batch memory. Supervised
+neighbours in the batch, over neighbours retrieved from a cross-batch memory, or over given
+pairs of related texts (a sentence and a perturbed copy of it, say). Supervised
 terms are Search-Adaptor's pairwise rank loss on query–document relevance and CoSENT on scored
 pairs. Every function returns a scalar tensor.
 """
@@ -57,6 +58,13 @@ def neighbour_similarity_loss(
         "nd,nkd->nk", F.normalize(reduced, dim=-1), F.normalize(neighbour_reduced, dim=-1)
     )
     return (ours - target).abs().mean()
+
+
+def pair_similarity_loss(
+    left: torch.Tensor, right: torch.Tensor, target: torch.Tensor
+) -> torch.Tensor:
+    """Mean |cos(l_i, r_i) − target_i| over row-aligned pairs (target: the original cosines)."""
+    return (F.cosine_similarity(left, right, dim=-1) - target).abs().mean()
 
 
 def reconstruction_loss(reconstructed: torch.Tensor, original: torch.Tensor) -> torch.Tensor:

@@ -230,6 +230,8 @@ class SMEC(LearnedCompressor):
         ads_prior: str = "variance",
         cosent_weight: float = 1.0,
         rank_weight: float = 1.0,
+        related_weight: float = 1.0,
+        pairwise_weight: float = 1.0,
         rotate: bool = True,
         batch_size: int = 256,
         max_epochs: int = 20,
@@ -257,6 +259,8 @@ class SMEC(LearnedCompressor):
         self.ads_prior = ads_prior
         self.cosent_weight = cosent_weight
         self.rank_weight = rank_weight
+        self.related_weight = related_weight
+        self.pairwise_weight = pairwise_weight
         self.rotate = rotate
         self.batch_size = batch_size
         self.max_epochs = max_epochs
@@ -423,6 +427,11 @@ class SMEC(LearnedCompressor):
                 h = stage.eval()(h, U)
         memory = EmbeddingMemory(int(self.memory_size)) if self.xbm else None
         k = int(self.topk)
+        pairwise_weight = float(self.pairwise_weight)
+
+        def all_pairs_term(x: torch.Tensor, reduced: torch.Tensor) -> torch.Tensor:
+            loss = pairwise_similarity_loss(x, reduced)
+            return loss if pairwise_weight == 1 else pairwise_weight * loss
 
         def chain(h: torch.Tensor, u: torch.Tensor) -> list[torch.Tensor]:
             outputs = []
@@ -471,7 +480,7 @@ class SMEC(LearnedCompressor):
                 def prefix(w: int, reduced: torch.Tensor = reduced) -> torch.Tensor:
                     return reduced if not self.nested_stages else reduced[:, :w]
 
-                in_batch = [pairwise_similarity_loss(x, prefix(w)) for w in widths]
+                in_batch = [all_pairs_term(x, prefix(w)) for w in widths if pairwise_weight]
                 if in_batch_topk:
                     in_batch += [topk_similarity_loss(x, prefix(w), k) for w in widths]
                 retrieved = [
@@ -483,7 +492,7 @@ class SMEC(LearnedCompressor):
                 if self.nested_stages:
                     term = torch.stack(in_batch + retrieved).sum() / len(widths)
                 else:
-                    term = sum(in_batch[1:], in_batch[0])
+                    term = sum(in_batch[1:], in_batch[0]) if in_batch else x.new_zeros(())
                 soft = stage.soft_output  # ADS: a term that trains the importance logits only
                 if soft is not None:
                     term = term + pairwise_similarity_loss(x, soft[: len(rows)])
