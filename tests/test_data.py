@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,8 @@ from demitasse.data import (
     load_sts,
     load_sts_suite,
     load_stsb,
+    perturb_sentence,
+    perturb_sentences,
     read_texts,
     resolve_data_dir,
 )
@@ -704,3 +707,26 @@ def test_unlabeled_sentences_are_distinct_long_enough_unexcluded_and_seeded(
     assert picked != load_unlabeled(tmp_path, n=10, seed=2)
     with pytest.raises(DataError, match="no unlabeled corpora"):
         load_unlabeled(tmp_path / "unlabeled")
+
+
+def test_perturbed_copies_are_reproducible_close_variants() -> None:
+    sentences = [
+        "a man is playing a large guitar on the stage tonight",
+        "the quick brown fox jumps over the lazy dog",
+        "two dogs run across a green field",
+        "hello there",
+        "",
+    ] * 20
+    copies = perturb_sentences(sentences, seed=1)
+    assert copies == perturb_sentences(sentences, seed=1)
+    assert copies != perturb_sentences(sentences, seed=2)
+    assert copies[3::5] == ["hello there"] * 20 and copies[4::5] == [""] * 20
+    long_ones = [(s, c) for s, c in zip(sentences, copies, strict=True) if len(s.split()) >= 3]
+    # Two swaps of the same neighbours undo each other, so a few copies stay unchanged.
+    assert sum(c != s for s, c in long_ones) >= 0.8 * len(long_ones)
+    for original, copy in long_ones:
+        kept = copy.split()
+        assert 2 <= len(kept) <= len(original.split())
+        assert set(kept) <= set(original.split())
+    rng = random.Random(0)
+    assert perturb_sentence("one two three four five", rng, dropout=1.0).split()

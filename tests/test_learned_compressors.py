@@ -1,4 +1,4 @@
-# ruff: noqa: N806  (scikit-learn convention: matrices are capitalised)
+# ruff: noqa: N803, N806  (scikit-learn convention: matrices are capitalised)
 """Learned compressors on synthetic data: losses, S-XBM queue, ADS, SMRL freezing, persistence."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from demitasse.compress.adaptor import MatryoshkaAdaptor
 from demitasse.compress.base import load_compressor
 from demitasse.compress.similarity_losses import (
     cosent_loss,
+    pair_similarity_loss,
     pairwise_similarity_loss,
     rank_loss,
     topk_similarity_loss,
@@ -229,3 +230,83 @@ def test_gradient_recording_leaves_the_fit_unchanged(smrl: bool) -> None:
     windows = [entry["grad_variance"] for entry in history if "grad_variance" in entry]
     assert windows and all(v >= -1e-6 for variances in windows for v in variances)
     assert all(entry["grad_sq_norm"][0] > 0 for entry in history)
+
+
+def related_copies(X: np.ndarray, seed: int = 3) -> np.ndarray:
+    """Copies of X that differ only in the low-variance tail, which a short prefix drops."""
+    rng = np.random.default_rng(seed)
+    copies = X.copy()
+    copies[:, -8:] += rng.normal(scale=2.0, size=(len(X), 8)).astype(np.float32)
+    return copies
+
+
+def related_gap(model: MatryoshkaAdaptor | SMEC, A: np.ndarray, B: np.ndarray, dim: int) -> float:
+    def cosines(U: np.ndarray, V: np.ndarray) -> np.ndarray:
+        return (U * V).sum(1) / (np.linalg.norm(U, axis=1) * np.linalg.norm(V, axis=1))
+
+    a, b = model.transform(A, dim), model.transform(B, dim)
+    return float(np.abs(cosines(a, b) - cosines(A, B)).mean())
+
+
+def test_pair_similarity_loss_is_the_cosine_gap() -> None:
+    gen = torch.Generator().manual_seed(0)
+    left, right = torch.randn(10, 6, generator=gen), torch.randn(10, 6, generator=gen)
+    cos = torch.nn.functional.cosine_similarity(left, right, dim=-1)
+    assert pair_similarity_loss(left, right, cos) == pytest.approx(0.0, abs=1e-6)
+    assert pair_similarity_loss(left, right, cos + 0.25) == pytest.approx(0.25, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda **kw: MatryoshkaAdaptor(dim=8, min_dim=4, **kw),
+        lambda **kw: SMEC(dim=8, min_dim=4, nested_stages=True, refresh_memory=True, **kw),
+    ],
+    ids=["adaptor", "smec"],
+)
+def test_related_pairs_keep_their_original_cosine(make) -> None:  # type: ignore[no-untyped-def]
+    X = correlated()
+    A, B = X[:300], related_copies(X[:300])
+    settings = {**FAST, "max_epochs": 10, "patience": 10, "learning_rate": 1e-2}
+    plain = make(**settings).fit(X)
+    related = make(related_weight=4.0, **settings).fit(X, related_pairs=(A, B))
+    # Truncation keeps the high-variance head, where A and B agree, so the plain fit maps each
+    # pair almost onto one point; the related-pair term has to restore their original cosine.
+    assert related_gap(related, A, B, 4) < 0.6 * related_gap(plain, A, B, 4)
+
+
+def test_related_pairs_are_checked() -> None:
+    X = correlated()
+    model = SMEC(dim=8, min_dim=4, **FAST)
+    with pytest.raises(DataError, match="related_pairs"):
+        model.fit(X, related_pairs=X[:10])
+    with pytest.raises(DataError, match="related_pairs"):
+        model.fit(X, related_pairs=(X[:10], X[:9]))
+    with pytest.raises(DataError, match="related_pairs"):
+        model.fit(X, related_pairs=(X[:3], X[3:6]))
+    for weight in ("related_weight", "pairwise_weight"):
+        with pytest.raises(CompressorError, match=weight):
+            SMEC(dim=8, min_dim=4, **{weight: -1.0}).fit(X)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: MatryoshkaAdaptor(dim=8, min_dim=4, pairwise_weight=0.0, **FAST),
+        lambda: SMEC(dim=8, min_dim=4, pairwise_weight=0.0, **FAST),
+        lambda: SMEC(dim=8, min_dim=4, pairwise_weight=0.0, xbm=False, **FAST),
+        lambda: SMEC(dim=8, min_dim=4, pairwise_weight=0.25, nested_stages=True, **FAST),
+    ],
+    ids=["adaptor", "smec", "smec-no-xbm", "smec-nested"],
+)
+def test_the_all_pairs_term_can_be_weighted_down_or_off(make, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    X = correlated()
+    model = make().fit(X, related_pairs=(X[:50], related_copies(X[:50])))
+    reduced = model.transform(X, 4)
+    assert reduced.shape == (len(X), 4) and np.isfinite(reduced).all()
+    default = type(model)(dim=8, min_dim=4, **FAST).fit(X)
+    assert not np.array_equal(default.transform(X, 4), reduced)
+    model.save(tmp_path / "c")
+    loaded = load_compressor(tmp_path / "c")
+    assert loaded.get_params()["pairwise_weight"] == model.pairwise_weight
+    np.testing.assert_array_equal(loaded.transform(X, 4), reduced)
