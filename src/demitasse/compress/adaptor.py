@@ -114,21 +114,13 @@ class MatryoshkaAdaptor(LearnedCompressor):
     def _train(self, U: torch.Tensor, X: torch.Tensor) -> None:
         import torch
 
-        from demitasse.compress.similarity_losses import (
-            pairwise_similarity_loss,
-            reconstruction_loss,
-            topk_similarity_loss,
-        )
+        from demitasse.compress.similarity_losses import reconstruction_loss, topk_similarity_loss
 
         dims = self.matryoshka_dims_
         network = self.network_
-        pairwise_weight = float(self.pairwise_weight)
 
         def all_pairs_term(x: torch.Tensor, reduced: torch.Tensor) -> torch.Tensor | float:
-            if pairwise_weight == 0:
-                return 0.0
-            loss = pairwise_similarity_loss(x, reduced)
-            return loss if pairwise_weight == 1 else pairwise_weight * loss
+            return self.all_pairs_loss(x, reduced) if self.pairwise_weight else 0.0
 
         def prefixes(u: torch.Tensor) -> list[torch.Tensor]:
             out = network(u)

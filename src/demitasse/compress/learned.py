@@ -389,6 +389,17 @@ class LearnedCompressor(Compressor):
             if len(batch) >= 2:
                 yield batch
 
+    def all_pairs_loss(self, original: torch.Tensor, reduced: torch.Tensor) -> torch.Tensor:
+        """``pairwise_weight`` × the similarity gap over all in-batch pairs.
+
+        At weight 1 the loss is returned unscaled, so fits recorded before the weight existed
+        keep their arithmetic bit for bit. Callers skip it at weight 0.
+        """
+        from demitasse.compress.similarity_losses import pairwise_similarity_loss
+
+        loss = pairwise_similarity_loss(original, reduced)
+        return loss if self.pairwise_weight == 1 else float(self.pairwise_weight) * loss
+
     def supervised_loss(
         self, encode: Callable[[torch.Tensor], list[torch.Tensor]], training: bool
     ) -> torch.Tensor | float:

@@ -427,11 +427,6 @@ class SMEC(LearnedCompressor):
                 h = stage.eval()(h, U)
         memory = EmbeddingMemory(int(self.memory_size)) if self.xbm else None
         k = int(self.topk)
-        pairwise_weight = float(self.pairwise_weight)
-
-        def all_pairs_term(x: torch.Tensor, reduced: torch.Tensor) -> torch.Tensor:
-            loss = pairwise_similarity_loss(x, reduced)
-            return loss if pairwise_weight == 1 else pairwise_weight * loss
 
         def chain(h: torch.Tensor, u: torch.Tensor) -> list[torch.Tensor]:
             outputs = []
@@ -480,7 +475,9 @@ class SMEC(LearnedCompressor):
                 def prefix(w: int, reduced: torch.Tensor = reduced) -> torch.Tensor:
                     return reduced if not self.nested_stages else reduced[:, :w]
 
-                in_batch = [all_pairs_term(x, prefix(w)) for w in widths if pairwise_weight]
+                in_batch = [
+                    self.all_pairs_loss(x, prefix(w)) for w in widths if self.pairwise_weight
+                ]
                 if in_batch_topk:
                     in_batch += [topk_similarity_loss(x, prefix(w), k) for w in widths]
                 retrieved = [
