@@ -1,5 +1,6 @@
 # ruff: noqa: N803, N806  (scikit-learn convention: matrices are capitalised)
-"""Validation and chunked iteration for embedding matrices (dense or memory-mapped)."""
+"""Validation, chunked iteration and row-wise cosine for embedding matrices (dense or
+memory-mapped)."""
 
 from __future__ import annotations
 
@@ -88,3 +89,12 @@ def check_out(out: Any, shape: tuple[int, int], dtype: DTypeLike) -> np.ndarray:
     if not out.flags.writeable:
         raise CompressorError("out is read-only")
     return out
+
+
+def cosine_rows(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """Row-wise cosine in float64; a zero vector has similarity 0 to anything."""
+    a = A.astype(np.float64)
+    b = B.astype(np.float64)
+    dots = np.einsum("ij,ij->i", a, b)
+    norms = np.sqrt(np.einsum("ij,ij->i", a, a) * np.einsum("ij,ij->i", b, b))
+    return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 from tqdm.auto import tqdm
 
-from demitasse.compress._arrays import as_matrix, check_finite, is_int
+from demitasse.compress._arrays import as_matrix, check_finite, cosine_rows, is_int
 from demitasse.compress.base import Compressor
 from demitasse.compress.pca import PCA
 from demitasse.errors import CompressorError, DataError
@@ -362,9 +362,7 @@ class LearnedCompressor(Compressor):
                     f"{self.method}: related_pairs need two equal-shape arrays of >= 4 rows"
                 )
             # The target is the cosine of the original (unrotated, uncentred) embeddings.
-            norms = np.linalg.norm(left, axis=1) * np.linalg.norm(right, axis=1)
-            cosines = (left * right).sum(axis=1) / np.maximum(norms, 1e-12)
-            sets["related"] = (left, right, cosines.astype(np.float32))
+            sets["related"] = (left, right, cosine_rows(left, right).astype(np.float32))
 
         splits = {}
         for name, arrays in sets.items():

@@ -21,6 +21,7 @@ from demitasse.compress._arrays import (
     check_finite,
     check_finite_chunk,
     check_out,
+    cosine_rows,
     is_int,
     iter_row_chunks,
 )
@@ -267,15 +268,6 @@ class Quantizer(Params):
         return f"{self.precision} quantizer"
 
 
-def _cosine_rows(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """Row-wise cosine in float64; a zero vector has similarity 0 to anything."""
-    a = A.astype(np.float64)
-    b = B.astype(np.float64)
-    dots = np.einsum("ij,ij->i", a, b)
-    norms = np.sqrt(np.einsum("ij,ij->i", a, a) * np.einsum("ij,ij->i", b, b))
-    return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
-
-
 @register_quantizer
 class Float32Quantizer(Quantizer):
     """Identity at full precision (cosine similarity), so float32 shares the quantised path."""
@@ -291,7 +283,7 @@ class Float32Quantizer(Quantizer):
         return X
 
     def _similarity_chunk(self, A: np.ndarray, B: np.ndarray, n_bits: int) -> np.ndarray:
-        return _cosine_rows(A, B)
+        return cosine_rows(A, B)
 
     def bytes_per_vector(self, dim: int) -> int:
         return 4 * self._check_dim(dim)
@@ -351,7 +343,7 @@ class Int8Quantizer(Quantizer):
         return np.clip(codes, -128, 127).astype(np.int8)
 
     def _similarity_chunk(self, A: np.ndarray, B: np.ndarray, n_bits: int) -> np.ndarray:
-        return _cosine_rows(A, B)
+        return cosine_rows(A, B)
 
     def bytes_per_vector(self, dim: int) -> int:
         return self._check_dim(dim)
