@@ -51,6 +51,7 @@ from demitasse.evaluation import (
     Task,
     evaluate_vectors,
     machine_description,
+    mean_over_seeds,
     write_records,
 )
 from demitasse.evaluation.efficiency import measure_transform_throughput
@@ -113,11 +114,20 @@ def evaluate(
 
 
 def avg_table(
-    records: Sequence[ResultRecord], task: str, dataset: str, metric: str, dims: Sequence[int]
+    records: Sequence[ResultRecord],
+    task: str,
+    dataset: str,
+    metric: str,
+    dims: Sequence[int],
+    spread: bool = False,
 ) -> Any:
+    """Method × dim table of scores, or with ``spread`` of their standard deviation over seeds
+    (methods fitted with one seed or none left out)."""
     chosen = [r for r in records if (r.task, r.dataset, r.metric) == (task, dataset, metric)]
+    if spread:
+        chosen = [r for r in chosen if len(r.extra.get("seeds", ())) > 1]
     methods = list(dict.fromkeys(r.method for r in chosen))
-    score = {(r.method, r.dim): r.score for r in chosen}
+    score = {(r.method, r.dim): r.extra["score_std"] if spread else r.score for r in chosen}
     rows = [[m, *(round(score[m, d], 2) if (m, d) in score else "" for d in dims)] for m in methods]
     return markdown_table(["method", *map(str, dims)], rows)
 
@@ -126,9 +136,12 @@ def avg_table(
 _JOB: dict[str, Any] = {}
 
 
-def fit_one(job: tuple[str, str]) -> tuple[list[ResultRecord], dict[tuple[str, str], float]]:
-    """Fit and judge one compressor of one setting (run in a worker process)."""
-    setting, name = job
+def fit_one(
+    job: tuple[str, str, int | None],
+) -> tuple[list[ResultRecord], dict[tuple[str, str, int | None], float]]:
+    """Fit and judge one compressor of one setting (run in a worker process); ``seed`` is the
+    learned compressor's (None: its default, and no seed on the records)."""
+    setting, name, seed = job
     torch.set_num_threads(1)
     encoder, dims, vectors, texts = (_JOB[k] for k in ("encoder", "dims", "vectors", "texts"))
     X, fit_data, supervision, weights, epochs, judged = _JOB["settings"][setting]
@@ -136,18 +149,24 @@ def fit_one(job: tuple[str, str]) -> tuple[list[ResultRecord], dict[tuple[str, s
     compressor: Compressor
     if name in LEARNED:
         mode = SMEC_MODE[setting] if name.startswith("smec") else {}
-        compressor = LEARNED[name](max_epochs=epochs, **weights, **mode)
+        seeded = {} if seed is None else {"seed": seed}
+        compressor = LEARNED[name](max_epochs=epochs, **weights, **mode, **seeded)
         compressor.fit(X, fit_data=fit_data, **supervision)
     else:
         compressor = make_compressor(name, dim=max(dims)).fit(X, fit_data=fit_data)
     seconds = time.perf_counter() - clock
-    log(f"{setting} {name}: fitted on {len(X)} rows ({fit_data}) in {seconds:.0f} s")
+    label = f"{setting} {name}" + ("" if seed is None else f" seed {seed}")
+    log(f"{label}: fitted on {len(X)} rows ({fit_data}) in {seconds:.0f} s")
     records = evaluate(encoder.name, name, setting, fit_data, compressor, vectors, texts, judged)
+    if seed is not None:
+        for record in records:
+            record.extra["seed"] = seed
     avg = {r.dim: round(r.score, 2) for r in records if r.task == "sts" and r.dataset == "avg"}
-    log(f"{setting} {name}: STS avg {avg}")
-    if setting == "unsupervised" and name != "truncate":
+    log(f"{label}: STS avg {avg}")
+    # Throughput is measured on the unsupervised fits (the first seed's).
+    if setting == "unsupervised" and name != "truncate" and seed in (None, _JOB["seeds"][0]):
         compressor.save(_JOB["saved"] / name)
-    return records, ({(setting, name): seconds} if name in LEARNED else {})
+    return records, ({(setting, name, seed): seconds} if name in LEARNED else {})
 
 
 def log(message: str) -> None:
@@ -172,11 +191,31 @@ def main() -> int:
     # weights 0 / 0.2 / 0.5 / 5 gave a mean of 68.1 / 69.1 / 73.7 / 72.2 at 8 dims.
     parser.add_argument("--cosent-weight", type=float, default=0.5)
     parser.add_argument("--rank-weight", type=float, default=5.0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="unlabeled sample and perturbations")
+    parser.add_argument(
+        "--seeds",
+        default=None,
+        help="comma-separated seeds of the learned compressors: each is fitted once per seed "
+        "and its rows are the mean (default: one fit at the library's default seed)",
+    )
+    parser.add_argument("--settings", default="unsupervised,supervised,retrieval")
+    parser.add_argument("--methods", default=",".join(LEARNED), help="learned ones to fit")
     parser.add_argument("--no-retrieval", action="store_true")
     parser.add_argument("--workers", type=int, default=2, help="fits run in parallel")
     parser.add_argument("--results-name", default="learned_compressors")
     args = parser.parse_args()
+    seeds: list[int | None] = [None]
+    if args.seeds is not None:
+        try:
+            seeds = [int(seed) for seed in args.seeds.split(",")]
+        except ValueError:
+            parser.error(f"--seeds must be comma-separated integers, got {args.seeds!r}")
+    chosen_settings = args.settings.split(",")
+    methods = args.methods.split(",")
+    if unknown := set(chosen_settings) - set(SMEC_MODE):
+        parser.error(f"unknown setting {sorted(unknown)[0]!r}; known: {', '.join(SMEC_MODE)}")
+    if unknown := set(methods) - set(LEARNED):
+        parser.error(f"unknown method {sorted(unknown)[0]!r}; known: {', '.join(LEARNED)}")
 
     started = time.perf_counter()
     torch.set_num_threads(1)  # workers too: settings run side by side on separate cores
@@ -233,7 +272,7 @@ def main() -> int:
             tasks,
         ),
     }
-    if not args.no_retrieval:
+    if not args.no_retrieval and "retrieval" in chosen_settings:
         fit_texts, queries, documents, grades = scifact_training(data_dir)
         log(f"encoding the SciFact corpus, train queries and {len(queries)} relevant pairs")
         settings["retrieval"] = (
@@ -249,38 +288,61 @@ def main() -> int:
             tasks[1:],
         )
 
+    settings = {name: setting for name, setting in settings.items() if name in chosen_settings}
     records: list[ResultRecord] = []
     records += evaluate(encoder.name, "none", "all", None, None, vectors, texts,
                         [(task, [encoder.dim]) for task, _ in tasks])  # fmt: skip
     saved = Path(tempfile.mkdtemp(prefix="learned_compressors-"))
     _JOB.update(encoder=encoder, dims=dims, vectors=vectors, texts=texts, settings=settings,
-                saved=saved)  # fmt: skip
-    fit_seconds: dict[tuple[str, str], float] = {}
+                saved=saved, seeds=seeds)  # fmt: skip
+    fit_seconds: dict[tuple[str, str, int | None], float] = {}
     # Fits are independent: run them in parallel worker processes (one torch thread each),
     # slowest first; forked, so they share the embeddings read above.
-    jobs = [(setting, name) for setting in settings for name in ["truncate", "pca", *LEARNED]]
+    jobs: list[tuple[str, str, int | None]] = [
+        (setting, name, seed if name in LEARNED else None)
+        for setting in settings
+        for name in ["truncate", "pca", *methods]
+        for seed in (seeds if name in LEARNED else [None])
+    ]
     jobs.sort(key=lambda job: (job[0] != "unsupervised", not job[1].startswith("smec")))
     with multiprocessing.get_context("fork").Pool(min(args.workers, len(jobs))) as pool:
         for new_records, seconds in pool.imap_unordered(fit_one, jobs):
             records += new_records
             fit_seconds.update(seconds)
-    methods = ["none", "truncate", "pca", *LEARNED]
+    shown = ["none", "truncate", "pca", *methods]
     rank = {"all": -1, **{setting: i for i, setting in enumerate(settings)}}
-    records.sort(key=lambda r: (rank[r.extra["setting"]], methods.index(r.method)))
+    records.sort(
+        key=lambda r: (rank[r.extra["setting"]], shown.index(r.method), r.extra.get("seed", -1))
+    )
+    mean_fit = {
+        (setting, name): float(
+            np.mean([t for (s, n, _), t in fit_seconds.items() if (s, n) == (setting, name)])
+        )
+        for setting, name, _ in fit_seconds
+    }
+    # Tables and checks read the mean over seeds; the JSON keeps every seed's rows as well.
+    per_seed = records if seeds != [None] else []
+    records = mean_over_seeds(records)
+    for record in records + per_seed:
+        if record.method in LEARNED and record.extra.get("setting") in settings:
+            setting, seed = record.extra["setting"], record.extra.get("seed")
+            seconds = (
+                mean_fit[setting, record.method]
+                if seed is None
+                else fit_seconds[setting, record.method, seed]
+            )
+            record.extra["fit_seconds"] = round(seconds)
     # Throughput is measured afterwards, on an otherwise idle process, from the saved fits.
     throughput_rows = vectors[: min(len(vectors), 20000)]
     throughput: list[ResultRecord] = []
-    for name in ["pca", *LEARNED]:
+    for name in ["pca", *methods] if "unsupervised" in settings else []:
         throughput += measure_transform_throughput(
             load_compressor(saved / name), throughput_rows, [max(dims), 32, 8], label=name,
             model=encoder.name, layer=None, repeats=3,
         )  # fmt: skip
     shutil.rmtree(saved, ignore_errors=True)
     elapsed = time.perf_counter() - started
-    for record in records:
-        if record.method in LEARNED and record.extra.get("setting") in settings:
-            record.extra["fit_seconds"] = round(fit_seconds[record.extra["setting"], record.method])
-    write_records(HERE / "results" / f"{args.results_name}.json", records + throughput)
+    write_records(HERE / "results" / f"{args.results_name}.json", records + per_seed + throughput)
 
     sections = []
     for setting, (X, fit_data, _, weights, epochs, judged) in settings.items():
@@ -315,12 +377,15 @@ def main() -> int:
             check_table = markdown_table(["dim", "SMEC", "target"], check)
         else:
             full = ndcg["none", encoder.dim]
+            smec = ndcg.get(("smec", 64))
+            check = [] if smec is None else [
+                [64, round(smec, 2), round(full, 2), round(smec - full, 2),
+                 f">= -{TARGET_RETRIEVAL_GAP}"]
+            ]  # fmt: skip
             check_table = markdown_table(
-                ["dim", "SMEC nDCG@10", "full model", "gap", "target gap"],
-                [[64, round(ndcg["smec", 64], 2), round(full, 2),
-                  round(ndcg["smec", 64] - full, 2), f">= -{TARGET_RETRIEVAL_GAP}"]],
-            )  # fmt: skip
-        fits = ", ".join(f"{name} {fit_seconds[setting, name]:.0f} s" for name in LEARNED)
+                ["dim", "SMEC nDCG@10", "full model", "gap", "target gap"], check
+            )
+        fits = ", ".join(f"{name} {mean_fit[setting, name]:.0f} s" for name in methods)
         mode = ", ".join(f"{k}={v}" for k, v in SMEC_MODE[setting].items()) or "library defaults"
         sections += [f"### {setting.capitalize()}: fitted on `{fit_data}`", ""]
         sections += [
@@ -337,6 +402,15 @@ def main() -> int:
                 avg_table(rows, "sts", "avg", "spearman", [encoder.dim, *dims]),
                 "",
             ]
+            if len(seeds) > 1:
+                sections += [
+                    f"Standard deviation of that average over the {len(seeds)} seeds:",
+                    "",
+                    avg_table(rows, "sts", "avg", "spearman", dims, spread=True),
+                    "",
+                ]
+        if not check:
+            check_table = "(SMEC not fitted in this run)"
         sections += ["Target check:", "", check_table, ""]
         if ndcg:
             sections += [
@@ -392,7 +466,19 @@ def main() -> int:
             "of when they were stored and replace the in-batch top-k). The settings were fitted "
             f"in parallel ({args.workers} worker processes, one torch thread and one fit at a "
             "time each); fit times are wall seconds inside a worker, transform throughput "
-            "was measured afterwards with the workers gone.",
+            "was measured afterwards with the workers gone."
+            + (
+                ""
+                if seeds == [None]
+                else f" Learned rows are means over compressor seeds {args.seeds} (one fit "
+                "each, same data); the JSON also holds every seed's rows."
+            )
+            + (
+                ""
+                if list(settings) == list(SMEC_MODE) and methods == list(LEARNED)
+                else f" This run: settings {', '.join(settings)}; learned methods "
+                f"{', '.join(methods)}."
+            ),
             "",
             *sections,
             f"Transform throughput (vectors/s, {len(throughput_rows)} vectors, best of 3, "

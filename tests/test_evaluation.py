@@ -16,7 +16,12 @@ from demitasse.evaluation.grid import (
     parse_int_list,
     parse_precisions,
 )
-from demitasse.evaluation.records import ResultRecord, read_records, write_records
+from demitasse.evaluation.records import (
+    ResultRecord,
+    mean_over_seeds,
+    read_records,
+    write_records,
+)
 from demitasse.evaluation.sts import spearman_x100
 from demitasse.evaluation.tasks import STSTask
 from tests.helpers import FakeEncoder
@@ -177,3 +182,32 @@ def test_evaluate_vectors_scores_outside_vectors_like_the_grid() -> None:
         (r.model, r.method, r.dim, r.bytes_per_vector, r.fit_data) == ("m", "head", 16, 64, "x")
         for r in records
     )
+
+
+def test_mean_over_seeds_averages_only_records_that_differ_in_seed() -> None:
+    def record(method: str, dim: int, score: float, **extra: object) -> ResultRecord:
+        return ResultRecord(
+            model="m", layer=None, method=method, dim=dim, precision="float32", task="sts",
+            dataset="avg", metric="spearman", score=score, machine="x", extra=dict(extra),
+        )  # fmt: skip
+
+    records = [
+        record("truncate", 8, 61.0, setting="u"),
+        record("smec", 8, 64.0, setting="u", seed=0),
+        record("smec", 16, 70.0, setting="u", seed=0),
+        record("smec", 8, 66.0, setting="u", seed=1),
+        record("smec", 8, 50.0, setting="s", seed=0),
+        record("smec", 16, 72.0, setting="u", seed=1),
+    ]
+    averaged = mean_over_seeds(records)
+    assert [(r.method, r.dim, r.extra.get("setting"), r.score) for r in averaged] == [
+        ("truncate", 8, "u", 61.0),
+        ("smec", 8, "u", 65.0),
+        ("smec", 16, "u", 71.0),
+        ("smec", 8, "s", 50.0),
+    ]
+    assert averaged[0] is records[0]
+    two_seeds = {"setting": "u", "seeds": [0, 1], "score_std": pytest.approx(2**0.5)}
+    assert averaged[1].extra == two_seeds
+    assert averaged[3].extra == {"setting": "s", "seeds": [0], "score_std": 0.0}
+    assert all("seed" not in r.extra for r in averaged)

@@ -18,6 +18,7 @@ from demitasse.evaluation.ranking_metrics import evaluate_run
 from demitasse.evaluation.records import (
     ResultRecord,
     machine_description,
+    mean_over_seeds,
     read_records,
     write_records,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "exact_search",
     "kmeans_cluster",
     "machine_description",
+    "mean_over_seeds",
     "measure_encode_throughput",
     "measure_transform_throughput",
     "parse_compressor_specs",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import sys
@@ -48,6 +49,43 @@ class ResultRecord:
         known.setdefault("precision", "float32")
         known.setdefault("machine", "")
         return cls(**known)
+
+
+def mean_over_seeds(records: list[ResultRecord]) -> list[ResultRecord]:
+    """One record per group of records that differ only in ``score`` and ``extra["seed"]``.
+
+    A group's record keeps the first member's fields, scores the mean, and lists ``seeds`` and
+    the sample standard deviation ``score_std`` in ``extra`` (0 for a single seed). Records
+    without a seed pass through unchanged, in order; groups appear where their first member was.
+    """
+    groups: dict[str, list[ResultRecord]] = {}
+    order: list[ResultRecord | str] = []
+    for record in records:
+        if "seed" not in record.extra:
+            order.append(record)
+            continue
+        fields_but_seed = record.to_dict()
+        fields_but_seed.pop("score")
+        fields_but_seed["extra"] = {k: v for k, v in record.extra.items() if k != "seed"}
+        key = json.dumps(fields_but_seed, sort_keys=True, default=str)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(record)
+    averaged: list[ResultRecord] = []
+    for item in order:
+        if isinstance(item, ResultRecord):
+            averaged.append(item)
+            continue
+        members = groups[item]
+        scores = [m.score for m in members]
+        mean = sum(scores) / len(scores)
+        spread = sum((s - mean) ** 2 for s in scores) / max(1, len(scores) - 1)
+        extra = {k: v for k, v in members[0].extra.items() if k != "seed"}
+        extra |= {"seeds": [m.extra["seed"] for m in members], "score_std": math.sqrt(spread)}
+        first = members[0].to_dict() | {"score": mean, "extra": extra}
+        averaged.append(ResultRecord(**first))
+    return averaged
 
 
 @cache
