@@ -119,9 +119,6 @@ class MatryoshkaAdaptor(LearnedCompressor):
         dims = self.matryoshka_dims_
         network = self.network_
 
-        def all_pairs_term(x: torch.Tensor, reduced: torch.Tensor) -> torch.Tensor | float:
-            return self.all_pairs_loss(x, reduced) if self.pairwise_weight else 0.0
-
         def prefixes(u: torch.Tensor) -> list[torch.Tensor]:
             out = network(u)
             return [out[:, :d] for d in dims]
@@ -131,7 +128,7 @@ class MatryoshkaAdaptor(LearnedCompressor):
             adapted = network(u)
             unsupervised = torch.stack(
                 [
-                    all_pairs_term(x, adapted[:, :d])
+                    self.all_pairs_loss(x, adapted[:, :d])
                     + topk_similarity_loss(x, adapted[:, :d], int(self.topk))
                     for d in dims
                 ]

@@ -387,14 +387,17 @@ class LearnedCompressor(Compressor):
             if len(batch) >= 2:
                 yield batch
 
-    def all_pairs_loss(self, original: torch.Tensor, reduced: torch.Tensor) -> torch.Tensor:
+    def all_pairs_loss(self, original: torch.Tensor, reduced: torch.Tensor) -> torch.Tensor | float:
         """``pairwise_weight`` × the similarity gap over all in-batch pairs.
 
         At weight 1 the loss is returned unscaled, so fits recorded before the weight existed
-        keep their arithmetic bit for bit. Callers skip it at weight 0.
+        keep their arithmetic bit for bit; at weight 0 it is 0.0 and not computed (SMEC, which
+        stacks its terms, leaves it out instead).
         """
         from demitasse.compress.similarity_losses import pairwise_similarity_loss
 
+        if not self.pairwise_weight:
+            return 0.0
         loss = pairwise_similarity_loss(original, reduced)
         return loss if self.pairwise_weight == 1 else float(self.pairwise_weight) * loss
 
