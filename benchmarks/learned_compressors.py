@@ -239,39 +239,40 @@ def main() -> int:
     unlabeled = load_unlabeled(data_dir, args.n_unlabeled, args.seed, exclude)
     log(f"encoding {len(unlabeled)} unlabeled sentences (cached after the first run)")
     X_unlabeled = encoder.encode(unlabeled)
-    labelled = list(dict.fromkeys(stsb_train.texts() + sick_train.texts()))
     n_mixed = min(args.n_unlabeled_supervised, len(unlabeled))
-    X_supervised = np.concatenate([X_unlabeled[:n_mixed], encoder.encode(labelled)])
-    # CoSENT only compares scores within a batch; map both scales onto [0, 1] so mixed batches
-    # of STS-B (0–5) and SICK (1–5) pairs rank consistently.
-    left = encoder.encode(stsb_train.sentences1 + sick_train.sentences1)
-    right = encoder.encode(stsb_train.sentences2 + sick_train.sentences2)
-    scores = np.concatenate(
-        [np.asarray(stsb_train.scores) / 5.0, (np.asarray(sick_train.scores) - 1.0) / 4.0]
-    )
-    # Near-paraphrase pairs from the same unlabeled text: each sentence and a perturbed copy.
-    log(f"encoding a perturbed copy of each of the {len(unlabeled)} unlabeled sentences")
-    X_perturbed = encoder.encode(perturb_sentences(unlabeled, seed=args.seed))
     n_k = f"{len(unlabeled) // 1000}k"
     # setting -> (fit rows, fit data name, supervision, loss weights, epochs, tasks)
-    settings: dict[str, tuple[np.ndarray, str, dict[str, Any], dict[str, float], int, Any]] = {
-        "unsupervised": (
+    settings: dict[str, tuple[np.ndarray, str, dict[str, Any], dict[str, float], int, Any]] = {}
+    if "unsupervised" in chosen_settings:
+        # Near-paraphrase pairs from the same unlabeled text: each sentence and a perturbed copy.
+        log(f"encoding a perturbed copy of each of the {len(unlabeled)} unlabeled sentences")
+        X_perturbed = encoder.encode(perturb_sentences(unlabeled, seed=args.seed))
+        settings["unsupervised"] = (
             X_unlabeled,
             f"unlabeled-en-{n_k}+perturbed",
             {"related_pairs": (X_unlabeled, X_perturbed)},
             {"related_weight": RELATED_WEIGHT},
             args.max_epochs,
             tasks,
-        ),
-        "supervised": (
+        )
+    if "supervised" in chosen_settings:
+        labelled = list(dict.fromkeys(stsb_train.texts() + sick_train.texts()))
+        X_supervised = np.concatenate([X_unlabeled[:n_mixed], encoder.encode(labelled)])
+        # CoSENT only compares scores within a batch; map both scales onto [0, 1] so mixed
+        # batches of STS-B (0–5) and SICK (1–5) pairs rank consistently.
+        left = encoder.encode(stsb_train.sentences1 + sick_train.sentences1)
+        right = encoder.encode(stsb_train.sentences2 + sick_train.sentences2)
+        scores = np.concatenate(
+            [np.asarray(stsb_train.scores) / 5.0, (np.asarray(sick_train.scores) - 1.0) / 4.0]
+        )
+        settings["supervised"] = (
             X_supervised,
             f"unlabeled-en-{n_mixed // 1000}k+stsb-train+sick-train",
             {"pairs": (left, right), "scores": scores},
             {"cosent_weight": args.cosent_weight},
             args.max_epochs,
             tasks,
-        ),
-    }
+        )
     if not args.no_retrieval and "retrieval" in chosen_settings:
         fit_texts, queries, documents, grades = scifact_training(data_dir)
         log(f"encoding the SciFact corpus, train queries and {len(queries)} relevant pairs")
@@ -288,7 +289,6 @@ def main() -> int:
             tasks[1:],
         )
 
-    settings = {name: setting for name, setting in settings.items() if name in chosen_settings}
     records: list[ResultRecord] = []
     records += evaluate(encoder.name, "none", "all", None, None, vectors, texts,
                         [(task, [encoder.dim]) for task, _ in tasks])  # fmt: skip
