@@ -133,10 +133,10 @@ def test_fit_and_transform_user_vectors(tmp_path: Path, capsys: pytest.CaptureFi
     vectors = rng.standard_normal((300, 24)).astype(np.float32) @ rng.standard_normal((24, 24))
     np.save(tmp_path / "api.npy", vectors.astype(np.float32))
     saved = tmp_path / "pca"
-    argv = ["fit", "--method", "pca", "--dim", "8", "--input", str(tmp_path / "api.npy")]
+    argv = ["fit", "--method", "pca", "--dim", "8", "--vectors", str(tmp_path / "api.npy")]
     assert main([*argv, "--out", str(saved)]) == 0
     out = tmp_path / "small.npy"
-    argv = ["transform", "--compressor", str(saved), "--input", str(tmp_path / "api.npy")]
+    argv = ["transform", str(saved), "--input", str(tmp_path / "api.npy")]
     assert main([*argv, "--dim", "4", "--output", str(out)]) == 0
     small = np.load(out)
     assert small.shape == (300, 4) and small.dtype == np.float32
@@ -152,13 +152,13 @@ def test_fit_and_transform_bad_input(tmp_path: Path, capsys: pytest.CaptureFixtu
     bad[7, 2] = np.nan
     np.save(tmp_path / "nan.npy", bad)
     fit = ["fit", "--method", "pca", "--out", str(tmp_path / "c")]
-    _fails_cleanly(capsys, [*fit, "--input", str(tmp_path / "nan.npy")], "NaN")
-    _fails_cleanly(capsys, [*fit, "--input", str(tmp_path / "none.npy")], "none.npy")
+    _fails_cleanly(capsys, [*fit, "--vectors", str(tmp_path / "nan.npy")], "NaN")
+    _fails_cleanly(capsys, [*fit, "--vectors", str(tmp_path / "none.npy")], "none.npy")
     np.save(tmp_path / "ok.npy", np.random.default_rng(0).standard_normal((20, 4)))
-    assert main([*fit, "--input", str(tmp_path / "ok.npy")]) == 0
-    state = next((tmp_path / "c").glob("*.safetensors"))
+    assert main([*fit, "--vectors", str(tmp_path / "ok.npy")]) == 0
+    state = next((tmp_path / "c").rglob("*.safetensors"))
     state.write_bytes(state.read_bytes()[:20])
-    transform = ["transform", "--compressor", str(tmp_path / "c"), "--input"]
+    transform = ["transform", str(tmp_path / "c"), "--input"]
     _fails_cleanly(
         capsys, [*transform, str(tmp_path / "ok.npy"), "--output", str(tmp_path / "o.npy")], "c"
     )
@@ -208,7 +208,7 @@ def test_eval_real_model_int8_on_a_slice(data_dir: Path, tmp_path: Path) -> None
 def test_warnings_print_as_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     vectors = tmp_path / "v.npy"
     np.save(vectors, np.random.default_rng(0).normal(size=(40, 6)).astype(np.float32))
-    code = main(["fit", "--method", "pca", "--dim", "16", "--input", str(vectors),
+    code = main(["fit", "--method", "pca", "--dim", "16", "--vectors", str(vectors),
                  "--out", str(tmp_path / "pca")])  # fmt: skip
     assert code == 0
     warning_lines = [ln for ln in capsys.readouterr().err.splitlines() if "warning" in ln]

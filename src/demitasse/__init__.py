@@ -3,6 +3,7 @@
 from demitasse.errors import CompressorError, DataError, DemitasseError, ModelNotFoundError
 
 __all__ = [
+    "CompressedModel",
     "CompressorError",
     "DataError",
     "DemitasseError",
@@ -18,4 +19,8 @@ def __getattr__(name: str) -> object:
         from demitasse.encoders import load_encoder
 
         return load_encoder
+    if name == "CompressedModel":
+        from demitasse.model import CompressedModel
+
+        return CompressedModel
     raise AttributeError(f"module 'demitasse' has no attribute {name!r}")

@@ -14,6 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from demitasse.cli.model_commands import (
+    add_model_commands,
+    run_encode,
+    run_export,
+    run_fit,
+    run_transform,
+)
 from demitasse.errors import DemitasseError
 
 if TYPE_CHECKING:
@@ -35,17 +42,30 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     evaluate = commands.add_parser("eval", help="evaluate encoder × compressor × dim × precision")
-    evaluate.add_argument("--model", default=None, help="model name or directory")
-    evaluate.add_argument("--layers", default="last", help="'all', 'last' or e.g. 1,3,6")
-    evaluate.add_argument("--compressor", default="none", help="none,truncate,pca,pca-abtt,...")
-    evaluate.add_argument("--dims", default=DEFAULT_DIMS)
+    evaluate.add_argument(
+        "--model",
+        default=None,
+        help="a model directory written by 'fit' (evaluated exactly as fitted), or an encoder "
+        "name or directory to sweep with --layers/--compressor/--dims/--precision",
+    )
+    evaluate.add_argument("--layers", default=None, help="'all', 'last' (default) or e.g. 1,3,6")
+    evaluate.add_argument(
+        "--compressor", default=None, help="none (default),truncate,pca,pca-abtt,..."
+    )
+    evaluate.add_argument(
+        "--dims", default=None, help=f"default {DEFAULT_DIMS}; a model directory: its width"
+    )
     evaluate.add_argument(
         "--fit-data",
-        default=STSB_TRAIN,
-        help=f"text file to fit compressors on, or '{STSB_TRAIN}' (the STS-B train sentences "
-        "that are in no STS test or dev split)",
+        default=None,
+        help=f"text file to fit compressors on, or '{STSB_TRAIN}' (default: the STS-B train "
+        "sentences that are in no STS test or dev split)",
     )
-    evaluate.add_argument("--precision", default="float32", help="float32,int8,binary")
+    evaluate.add_argument(
+        "--precision",
+        default=None,
+        help="float32 (default),int8,binary; a model directory: the precision it was fitted for",
+    )
     evaluate.add_argument(
         "--tasks",
         default="sts",
@@ -60,20 +80,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--limit", type=int, default=None, help="shorten each data set to N items (quick runs)"
     )
     _common(evaluate)
-
-    fit = commands.add_parser("fit", help="fit a compressor on precomputed vectors and save it")
-    fit.add_argument("--method", required=True, help="truncate, pca, pca-abtt, pca:whiten=true…")
-    fit.add_argument("--dim", type=int, default=None, help="largest output dimension")
-    fit.add_argument("--input", required=True, help="vectors: .npy or Parquet list column")
-    fit.add_argument("--column", default="embedding", help="Parquet column with the vectors")
-    fit.add_argument("--out", required=True, help="directory to save the compressor in")
-
-    transform = commands.add_parser("transform", help="compress vectors with a saved compressor")
-    transform.add_argument("--compressor", required=True, help="directory written by 'fit'")
-    transform.add_argument("--input", required=True, help="vectors: .npy or Parquet list column")
-    transform.add_argument("--column", default="embedding")
-    transform.add_argument("--dim", type=int, default=None)
-    transform.add_argument("--output", required=True, help=".npy file to write")
 
     report = commands.add_parser("report", help="render results as Markdown + one HTML page")
     report.add_argument("results", nargs="+", help="results.json files or folders holding one")
@@ -177,13 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
         "weights (default 1e-3 with --exit-heads or --layer-weighting dynamic, else --lr)",
     )
 
-    export = commands.add_parser(
-        "export", help="write a sentence-transformers model cut to a layer and a dimension"
-    )
-    export.add_argument("model", help="model path or packaged name (e.g. RUN/best)")
-    export.add_argument("--layer", type=int, default=None, help="keep blocks 1..layer")
-    export.add_argument("--dim", type=int, default=None, help="keep the first dim dimensions")
-    export.add_argument("--out", required=True, help="directory to write")
+    add_model_commands(commands)
 
     static = commands.add_parser(
         "distill-static",
@@ -236,11 +236,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         runners = {
             "demo": _run_demo,
             "eval": _run_eval,
-            "fit": _run_fit,
-            "transform": _run_transform,
+            "fit": run_fit,
+            "encode": run_encode,
+            "transform": run_transform,
             "report": _run_report,
             "train": _run_train,
-            "export": _run_export,
+            "export": run_export,
             "distill-static": _run_distill_static,
         }
         return runners[args.command](args)
@@ -342,14 +343,6 @@ def _run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_export(args: argparse.Namespace) -> int:
-    from demitasse.export import export_sentence_transformer
-
-    out = export_sentence_transformer(args.model, args.out, layer=args.layer, dim=args.dim)
-    print(out)
-    return 0
-
-
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -396,9 +389,7 @@ def _evaluate_and_report(
         parse_int_list,
         parse_precisions,
     )
-    from demitasse.evaluation.records import write_records
     from demitasse.evaluation.suites import build_tasks, parse_task_names
-    from demitasse.report import plot_sts_vs_dim, render_report, task_table
 
     # Parse everything and read the data before the slow model load, so mistakes fail fast.
     specs = parse_compressor_specs(compressors)
@@ -430,20 +421,61 @@ def _evaluate_and_report(
             model or DEFAULT_MODEL, chosen_layers or [encoder.num_layers], specs, dim_list,
             fit_texts, fit_name, batch_size,
         )  # fmt: skip
+    _write_results(records, out, encoder.name, started)
+    return out
+
+
+def _write_results(records: list[ResultRecord], out: Path, title: str, started: float) -> None:
+    """results.json, a table per task on stdout, the STS plot and the HTML report."""
+    from demitasse.evaluation.records import write_records
+    from demitasse.report import plot_sts_vs_dim, render_report, task_table
+
     out.mkdir(parents=True, exist_ok=True)
     write_records(out / "results.json", records)
     for task in dict.fromkeys(r.task for r in records if r.task != "efficiency"):
         print(f"\n{task}\n\n{task_table(records, task).markdown()}")
     outputs = [str(out / "results.json")]
     if any(r.task == "sts" for r in records):
-        outputs.append(str(plot_sts_vs_dim(records, out / "sts_vs_dim.png", title=encoder.name)))
-    report = render_report(records, out / "report", title=f"demitasse: {encoder.name}")
+        outputs.append(str(plot_sts_vs_dim(records, out / "sts_vs_dim.png", title=title)))
+    report = render_report(records, out / "report", title=f"demitasse: {title}")
     outputs.append(str(report.html))
     print(
         f"\n{len(records)} results in {outputs[0]}; plot and report: {', '.join(outputs[1:])} "
         f"({time.perf_counter() - started:.0f} s)"
     )
-    return out
+
+
+def _evaluate_model_dir(args: argparse.Namespace) -> None:
+    """``eval --model DIR``: score exactly the fitted model saved in DIR."""
+    from demitasse.evaluation.grid import evaluate_model, parse_int_list, parse_precisions
+    from demitasse.evaluation.suites import build_tasks, parse_task_names
+    from demitasse.model import CompressedModel
+
+    sweep_only = {"--compressor": args.compressor, "--fit-data": args.fit_data,
+                  "--layers": args.layers}  # fmt: skip
+    given = [flag for flag, value in sweep_only.items() if value is not None]
+    if given:
+        raise DemitasseError(
+            f"{given[0]} applies to a sweep over an encoder; the model directory {args.model} "
+            "carries its own layer, compressor and fit"
+        )
+    task_names = parse_task_names(args.tasks)
+    if "efficiency" in task_names:
+        raise DemitasseError("--tasks efficiency takes an encoder name, not a model directory")
+    model = CompressedModel.load(args.model)
+    dims = parse_int_list(args.dims, "--dims") if args.dims else None
+    precisions = parse_precisions(args.precision) if args.precision else None
+    for dim in dims or [None]:
+        for precision in precisions or [model.precision]:
+            model.bytes_per_vector(dim, precision)  # fail on a bad request before any work
+    tasks = build_tasks(task_names, args.data_dir, sts_datasets=args.datasets, limit=args.limit)
+    model.batch_size = args.batch_size
+    started = time.perf_counter()
+    records = evaluate_model(
+        model, tasks, dims=dims, precisions=precisions, extra={"model_dir": args.model},
+        log=_log if os.environ.get("DEMITASSE_VERBOSE") else lambda _: None,
+    )  # fmt: skip
+    _write_results(records, Path(args.out or "demitasse-results"), model.name, started)
 
 
 def _speed_records(
@@ -480,13 +512,18 @@ def _speed_records(
 
 
 def _run_eval(args: argparse.Namespace) -> int:
+    from demitasse.model import is_model_dir
+
+    if args.model is not None and is_model_dir(args.model):
+        _evaluate_model_dir(args)
+        return 0
     _evaluate_and_report(
         model=args.model,
-        layers=args.layers,
-        compressors=args.compressor,
-        dims=args.dims,
-        precisions=args.precision,
-        fit_data=args.fit_data,
+        layers=args.layers or "last",
+        compressors=args.compressor or "none",
+        dims=args.dims or DEFAULT_DIMS,
+        precisions=args.precision or "float32",
+        fit_data=args.fit_data or STSB_TRAIN,
         tasks=args.tasks,
         datasets=args.datasets,
         data_dir=args.data_dir,
@@ -494,40 +531,6 @@ def _run_eval(args: argparse.Namespace) -> int:
         limit=args.limit,
         batch_size=args.batch_size,
     )
-    return 0
-
-
-def _run_fit(args: argparse.Namespace) -> int:
-    from demitasse.data import load_embeddings
-    from demitasse.evaluation.grid import parse_compressor_specs
-
-    specs = parse_compressor_specs(args.method)
-    if len(specs) != 1 or specs[0].method is None:
-        raise DemitasseError("--method takes one compressor, e.g. pca or truncate")
-    vectors = load_embeddings(args.input, column=args.column)
-    compressor = specs[0].build(vectors.shape[1], args.dim)
-    compressor.fit(vectors, fit_data=Path(args.input).name)
-    compressor.save(args.out)
-    meta = compressor.metadata
-    print(
-        f"saved {meta['method']} ({meta['input_dim']} -> {meta['output_dim']} dims, fitted on "
-        f"{meta['n_fit_samples']} rows of {meta['fit_data']}) to {args.out}"
-    )
-    return 0
-
-
-def _run_transform(args: argparse.Namespace) -> int:
-    from demitasse.compress import load_compressor
-    from demitasse.data import load_embeddings
-    from demitasse.io import atomic_npy
-
-    compressor = load_compressor(args.compressor)
-    vectors = load_embeddings(args.input, column=args.column)
-    dim = args.dim or compressor.output_dim_
-    compressor.transform(vectors[:1], dim=dim)  # validates dim and width before any output
-    with atomic_npy(args.output, (vectors.shape[0], dim)) as out:
-        compressor.transform(vectors, dim=dim, out=out)
-    print(f"wrote {vectors.shape[0]} × {dim} float32 vectors to {args.output}")
     return 0
 
 

@@ -5,8 +5,8 @@ Every user-caused problem raises :class:`DataError`.
 """
 
 from demitasse.data.augment import perturb_sentence, perturb_sentences
-from demitasse.data.beir import BeirDataset, load_beir
-from demitasse.data.embeddings import check_finite, load_embeddings
+from demitasse.data.beir import BeirDataset, load_beir, load_retrieval
+from demitasse.data.embeddings import check_finite, load_embeddings, save_embeddings
 from demitasse.data.files import load_scored_pairs, read_corpus, read_texts
 from demitasse.data.hub import HUB_REPOS, load_hf_sts
 from demitasse.data.nli import NLI_LABELS, NLIPairs, Triples, load_snli, nli_triples
@@ -75,6 +75,7 @@ __all__ = [
     "load_mrpc",
     "load_multi30k",
     "load_parallel",
+    "load_retrieval",
     "load_scored_pairs",
     "load_senteval_sts",
     "load_sickr",
@@ -92,6 +93,7 @@ __all__ = [
     "read_corpus",
     "read_texts",
     "resolve_data_dir",
+    "save_embeddings",
     "stsb_fit_sentences",
     "without_pairs",
 ]

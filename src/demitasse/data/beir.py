@@ -167,18 +167,46 @@ def load_beir(folder: str | Path, split: str = "test", name: str | None = None) 
         known = ", ".join(beir_splits(folder)) or "none"
         raise DataError(f"{folder}: unknown split {split!r} (no qrels/{split}.tsv); have: {known}")
 
+    base = name or beir_name(folder)
+    return load_retrieval(
+        corpus_path,
+        queries_path,
+        qrels_path,
+        name=base if split == "test" else f"{base}/{split}",
+        split=split,
+    )
+
+
+def load_retrieval(
+    corpus: str | Path,
+    queries: str | Path,
+    qrels: str | Path,
+    name: str = "retrieval",
+    split: str = "test",
+) -> BeirDataset:
+    """A retrieval set from the three BEIR files: ``corpus.jsonl`` and ``queries.jsonl``
+    (``_id``, ``text``, optional ``title``; ``.gz`` too) and a ``qrels`` TSV
+    (query-id, corpus-id, score; header optional)."""
+    paths = [Path(p).expanduser() for p in (corpus, queries, qrels)]
+    for path in paths:
+        if not path.is_file():
+            raise DataError(f"{path} does not exist or is not a file")
+    corpus_path, queries_path, qrels_path = paths
     corpus_ids, corpus_texts = _read_id_texts(corpus_path, with_title=True)
     all_query_ids, all_query_texts = _read_id_texts(queries_path, with_title=False)
-    qrels = _read_qrels(qrels_path, set(all_query_ids), set(corpus_ids), queries_path, corpus_path)
+    judgements = _read_qrels(
+        qrels_path, set(all_query_ids), set(corpus_ids), queries_path, corpus_path
+    )
     # Queries in file order, restricted to the judged ones.
-    judged = [(q, t) for q, t in zip(all_query_ids, all_query_texts, strict=True) if q in qrels]
-    base = name or beir_name(folder)
+    judged = [
+        (q, t) for q, t in zip(all_query_ids, all_query_texts, strict=True) if q in judgements
+    ]
     return BeirDataset(
-        name=base if split == "test" else f"{base}/{split}",
+        name=name,
         corpus_ids=corpus_ids,
         corpus_texts=corpus_texts,
         query_ids=[q for q, _ in judged],
         query_texts=[t for _, t in judged],
-        qrels=qrels,
+        qrels=judgements,
         split=split,
     )

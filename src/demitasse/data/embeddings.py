@@ -111,3 +111,40 @@ def check_finite(
             bad_rows = ~finite.reshape(len(block), -1).all(axis=1)
             row = start + int(np.argmax(bad_rows))
             raise DataError(f"{name} contain NaN or inf (first at row {row})")
+
+
+def save_embeddings(
+    path: str | Path,
+    vectors: np.ndarray,
+    *,
+    column: str = "embedding",
+    metadata: dict[str, str] | None = None,
+) -> Path:
+    """Write ``vectors`` (float32, int8 codes or packed bits) to ``.npy`` or ``.parquet``,
+    atomically: an interrupted write leaves the previous file, never half of one.
+
+    Parquet holds one fixed-size list per row in ``column`` (the dtype kept) and ``metadata``
+    (e.g. the model's provenance) in the file's key-value metadata.
+    """
+    from demitasse.io import atomic_npy, atomic_path
+
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".npy", ".parquet"):
+        raise DataError(f"{path}: unsupported output type; use .npy or .parquet")
+    if path.is_dir():
+        raise DataError(f"{path} is a directory; give a file name ending in {suffix}")
+    if suffix == ".npy":
+        with atomic_npy(path, vectors.shape, vectors.dtype.str) as out:
+            out[:] = vectors
+        return path
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    flat = pa.array(np.ascontiguousarray(vectors).reshape(-1))
+    table = pa.table({column: pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])})
+    if metadata:
+        table = table.replace_schema_metadata(metadata)
+    with atomic_path(path, suffix=".parquet") as tmp:
+        pq.write_table(table, tmp)
+    return path

@@ -63,11 +63,15 @@ def load_scored_pairs(
     return ScoredPairs(name or file_stem(path), s1, s2, np.asarray(scores))
 
 
-def read_texts(path: str | Path, column: str = "text", limit: int | None = None) -> list[str]:
+def read_texts(
+    path: str | Path, column: str = "text", limit: int | None = None, *, aligned: bool = False
+) -> list[str]:
     """Unlabeled texts, stripped, blanks skipped, at most ``limit``.
 
     ``.txt`` / ``.txt.gz`` hold one text per line; .jsonl(.gz), .parquet, .csv and .tsv files
-    hold them in ``column``.
+    hold them in ``column``. ``aligned=True`` keeps one text per row, in order (blank rows as
+    ``""``), so outputs line up with the input; a missing or non-string value is then an error
+    rather than skipped or turned into text with ``str()``.
     """
     if limit is not None and limit < 1:
         raise DataError(f"text limit must be a positive number, got {limit}")
@@ -82,11 +86,14 @@ def read_texts(path: str | Path, column: str = "text", limit: int | None = None)
             ".csv or .tsv"
         )
     texts: list[str] = []
-    for value in values:
+    for row, value in enumerate(values):
+        if aligned and not isinstance(value, str):
+            kind = "missing" if value is None else f"a {type(value).__name__}, not a string"
+            raise DataError(f"{path}: row {row + 1}: the text is {kind}")
         if value is None:
             continue
         text = (value if isinstance(value, str) else str(value)).strip()
-        if text:
+        if text or aligned:
             texts.append(text)
             if limit is not None and len(texts) >= limit:
                 break

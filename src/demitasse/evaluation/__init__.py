@@ -10,6 +10,7 @@ from demitasse.evaluation.efficiency import (
 from demitasse.evaluation.grid import (
     CompressorSpec,
     evaluate_grid,
+    evaluate_model,
     evaluate_vectors,
     parse_compressor_specs,
     score_embedded,
@@ -45,6 +46,7 @@ __all__ = [
     "build_tasks",
     "cluster_accuracy",
     "evaluate_grid",
+    "evaluate_model",
     "evaluate_run",
     "evaluate_vectors",
     "exact_search",

@@ -14,6 +14,7 @@ from demitasse.encoders.base import Encoder
 from demitasse.errors import DemitasseError
 from demitasse.evaluation.records import ResultRecord
 from demitasse.evaluation.tasks import EmbeddedTexts, Task
+from demitasse.model import CompressedModel
 
 PRECISIONS = ("float32", "int8", "binary")
 
@@ -175,6 +176,49 @@ def evaluate_grid(
                         log(_summary_line(record))
                     bar.update()
     bar.close()
+    return records
+
+
+def evaluate_model(
+    model: CompressedModel,
+    tasks: Sequence[Task],
+    *,
+    dims: Sequence[int] | None = None,
+    precisions: Sequence[str] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    log: Callable[[str], None] = lambda _: None,
+) -> list[ResultRecord]:
+    """Score a fitted :class:`CompressedModel` exactly as it is: its encoder, layer, fitted
+    compressor and calibrated quantiser, at each of ``dims`` (default: its full output width)
+    and ``precisions`` (default: the precision it was fitted for)."""
+    dims = list(dims) if dims else [model.output_dim]
+    precisions = list(precisions) if precisions else [model.precision]
+    for dim in dims:  # check every request before the slow encoding
+        for precision in precisions:
+            model.bytes_per_vector(dim, precision)
+    texts = list(dict.fromkeys(t for task in tasks for t in task.texts()))
+    log(f"encoding {len(texts)} evaluation texts")
+    vectors = model.embed(texts)
+    encoder = model.encoder
+    fit_data = (model.fit_info or {}).get("fit_data")
+    records: list[ResultRecord] = []
+    for dim in dims:
+        reduced = model.compress(vectors, dim)
+        for precision in precisions:
+            quantizer = model.quantizer_for(precision)
+            embedded = EmbeddedTexts(texts, quantizer.quantize(reduced), quantizer, dim)
+            common = {
+                "model": encoder.name,
+                "layer": model.layer or encoder.num_layers,
+                "method": model.method,
+                "dim": dim,
+                "precision": precision,
+                "bytes_per_vector": quantizer.bytes_per_vector(dim),
+                "fit_data": fit_data,
+            }
+            for record in score_embedded(embedded, tasks, extra, **common):
+                records.append(record)
+                log(_summary_line(record))
     return records
 
 

@@ -1,0 +1,265 @@
+"""The commands that make and use a model directory: ``fit``, ``encode``, ``transform``,
+``export``. Each parses its options, calls the library and says where its output went."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from demitasse.errors import DataError, DemitasseError
+
+if TYPE_CHECKING:
+    from demitasse.data import BeirDataset
+    from demitasse.model import CompressedModel
+
+PRECISION_CHOICES = ("float32", "int8", "binary")
+
+
+def add_model_commands(commands: Any) -> None:  # argparse's subparsers action
+    """Add ``fit``, ``encode``, ``transform`` and ``export`` to the ``demitasse`` parser."""
+    fit = commands.add_parser(
+        "fit",
+        help="fit a compressed model (encoder, layer, compressor, quantiser) and save it",
+        description="Fit a compressed model on your texts (or on vectors from an embedding "
+        "API) and save it as one directory that encode, transform, eval and export take.",
+    )
+    source = fit.add_argument_group("what to fit on (texts with an encoder, or vectors)")
+    source.add_argument("--model", default=None, help="encoder: name or directory")
+    source.add_argument("--layer", type=int, default=None, help="keep blocks 1..layer")
+    source.add_argument("--texts", default=None, help=".txt, .jsonl, .parquet, .csv, .tsv")
+    source.add_argument("--text-column", default="text", help="column of --texts tables")
+    source.add_argument("--vectors", default=None, help="vectors-only model: .npy or .parquet")
+    source.add_argument("--column", default="embedding", help="Parquet column of --vectors")
+    fit.add_argument("--method", default="none", help="none, truncate, pca, pca:whiten=true, "
+                     "pca-abtt, random, adaptor, smec, ...")  # fmt: skip
+    fit.add_argument("--dim", type=int, default=None, help="largest output dimension")
+    fit.add_argument("--precision", choices=PRECISION_CHOICES, default="float32",
+                     help="quantiser to calibrate (float32 and binary need none)")  # fmt: skip
+    fit.add_argument("--normalize", action="store_true", help="L2-normalise float outputs")
+    fit.add_argument("--batch-size", type=int, default=64)
+    supervision = fit.add_argument_group("supervision (learned compressors)")
+    supervision.add_argument("--pairs", default=None,
+                             help="scored pairs: sentence1, sentence2, score")  # fmt: skip
+    supervision.add_argument("--beir", default=None, help="BEIR folder (queries + qrels)")
+    supervision.add_argument("--split", default="train", help="qrels split of --beir")
+    supervision.add_argument("--queries", default=None, help="queries.jsonl (_id, text)")
+    supervision.add_argument("--corpus", default=None, help="corpus.jsonl (_id, text, title)")
+    supervision.add_argument("--qrels", default=None, help="qrels .tsv (query, doc, score)")
+    fit.add_argument("--fit-data", default=None, help="name recorded for the fit data")
+    fit.add_argument("--out", required=True, help="model directory to write")
+
+    encode = commands.add_parser("encode", help="texts → vectors or codes with a model")
+    encode.add_argument("model", help="model directory written by 'fit'")
+    encode.add_argument("--input", required=True, help=".txt, .jsonl, .parquet, .csv, .tsv")
+    encode.add_argument("--text-column", default="text")
+    _output_options(encode)
+    encode.add_argument("--batch-size", type=int, default=None)
+
+    transform = commands.add_parser("transform", help="vectors → compressed vectors or codes")
+    transform.add_argument("model", help="model directory (or a saved compressor)")
+    transform.add_argument("--input", required=True, help="vectors: .npy or Parquet list column")
+    transform.add_argument("--column", default="embedding")
+    _output_options(transform)
+
+    export = commands.add_parser(
+        "export",
+        help="write a model for sentence-transformers (or model2vec) to load",
+        description="MODEL is a model directory written by 'fit' (it carries its layer cut, "
+        "compressor and quantiser), or an encoder name or directory to cut with --layer/--dim.",
+    )
+    export.add_argument("model", help="model directory, or encoder name / path")
+    export.add_argument("--format", default="sentence-transformers",
+                        choices=("sentence-transformers", "model2vec"))  # fmt: skip
+    export.add_argument("--layer", type=int, default=None, help="encoder only: keep blocks 1..L")
+    export.add_argument("--dim", type=int, default=None, help="default output width")
+    export.add_argument("--out", required=True, help="directory to write")
+
+
+def _output_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output", required=True, help=".npy or .parquet file to write")
+    parser.add_argument("--dim", type=int, default=None, help="output width (default: full)")
+    parser.add_argument("--precision", choices=PRECISION_CHOICES, default="float32")
+    parser.add_argument("--normalize", action="store_true", default=None,
+                        help="L2-normalise float vectors")  # fmt: skip
+
+
+def _positive(args: argparse.Namespace, *names: str) -> None:
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise DemitasseError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+
+
+# ---- fit -------------------------------------------------------------------------------------
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    from demitasse.data import load_embeddings, read_texts
+    from demitasse.model import CompressedModel
+
+    _positive(args, "layer", "dim", "batch_size")
+    if (args.texts is None) == (args.vectors is None):
+        raise DemitasseError("give --texts (with --model) or --vectors, one of the two")
+    if args.vectors is not None and (args.model or args.layer):
+        raise DemitasseError("--vectors makes a vectors-only model: drop --model and --layer")
+    texts_or_vectors: Any
+    if args.texts is not None:
+        texts_or_vectors = read_texts(args.texts, column=args.text_column)
+    else:
+        texts_or_vectors = load_embeddings(args.vectors, column=args.column)
+    supervision = _supervision(args)
+    from demitasse.encoders import DEFAULT_MODEL
+
+    encoder = None if args.vectors is not None else (args.model or DEFAULT_MODEL)
+    model = CompressedModel(
+        encoder, layer=args.layer, precision=args.precision, normalize=args.normalize,
+        batch_size=args.batch_size,
+    )  # fmt: skip
+    width = texts_or_vectors.shape[1] if args.vectors is not None else model.input_dim
+    model.compressor = _build_compressor(args.method, args.dim, width)
+    fit_data = args.fit_data or Path(args.texts or args.vectors).name
+    if args.texts is not None:
+        model.fit(texts_or_vectors, fit_data=fit_data, **supervision)
+    else:
+        model.fit(vectors=texts_or_vectors, fit_data=fit_data, **supervision)
+    model.save(args.out)
+    info = model.fit_info or {}
+    print(
+        f"saved {model!r} to {args.out}: {model.input_dim} → {model.output_dim} dims, "
+        f"precisions {', '.join(model.precisions)}, fitted on {info.get('n_samples')} "
+        f"{info.get('source')} of {fit_data} in {info.get('seconds', 0):.1f} s"
+    )
+    return 0
+
+
+def _build_compressor(method: str, dim: int | None, input_dim: int) -> Any:
+    from demitasse.evaluation.grid import parse_compressor_specs
+
+    specs = parse_compressor_specs(method)
+    if len(specs) != 1:
+        raise DemitasseError("--method takes one compressor, e.g. pca or pca:whiten=true")
+    if specs[0].method is None:
+        if dim is not None:
+            raise DemitasseError("--dim needs a compressor (--method truncate, pca, ...)")
+        return None
+    return specs[0].build(input_dim, dim)
+
+
+def _supervision(args: argparse.Namespace) -> dict[str, Any]:
+    from demitasse.data import load_beir, load_retrieval, load_scored_pairs
+
+    supervision: dict[str, Any] = {}
+    retrieval_files = (args.queries, args.corpus, args.qrels)
+    wants_texts = args.pairs or args.beir or any(retrieval_files)
+    if wants_texts and args.vectors is not None:
+        raise DemitasseError(
+            "supervision files hold texts, and a vectors-only model has no encoder to embed "
+            "them; fit from --texts with --model instead"
+        )
+    if args.pairs:
+        pairs = load_scored_pairs(args.pairs)
+        supervision.update(pairs=(pairs.sentences1, pairs.sentences2), scores=pairs.scores)
+    if args.beir and any(retrieval_files):
+        raise DemitasseError("give --beir or --queries/--corpus/--qrels, not both")
+    if any(retrieval_files) and not all(retrieval_files):
+        raise DemitasseError("--queries, --corpus and --qrels go together")
+    dataset = None
+    if args.beir:
+        dataset = load_beir(args.beir, split=args.split)
+    elif all(retrieval_files):
+        dataset = load_retrieval(args.corpus, args.queries, args.qrels)
+    if dataset is not None:
+        supervision.update(_relevant_pairs(dataset))
+    return supervision
+
+
+def _relevant_pairs(dataset: BeirDataset) -> dict[str, Any]:
+    """Every judged-relevant (query, document) pair, with its grade."""
+    query_text = dict(zip(dataset.query_ids, dataset.query_texts, strict=True))
+    doc_text = dict(zip(dataset.corpus_ids, dataset.corpus_texts, strict=True))
+    queries, documents, grades = [], [], []
+    for query_id, judged in dataset.qrels.items():
+        for doc_id, grade in judged.items():
+            if grade > 0:
+                queries.append(query_text[query_id])
+                documents.append(doc_text[doc_id])
+                grades.append(float(grade))
+    if not queries:
+        raise DataError(f"{dataset.name}: no relevant (score > 0) query-document pairs")
+    return {"queries": queries, "documents": documents, "relevance": grades}
+
+
+# ---- encode / transform ----------------------------------------------------------------------
+
+
+def run_encode(args: argparse.Namespace) -> int:
+    from demitasse.data import read_texts
+    from demitasse.model import CompressedModel
+
+    _positive(args, "dim", "batch_size")
+    model = CompressedModel.load(args.model, cache=False)
+    model.bytes_per_vector(args.dim, args.precision)  # bad dim / precision: fail before work
+    texts = read_texts(args.input, column=args.text_column, aligned=True)
+    if args.batch_size is not None:
+        model.batch_size = args.batch_size
+    codes = model.encode(texts, dim=args.dim, precision=args.precision, normalize=args.normalize)
+    return _write(model, codes, args)
+
+
+def run_transform(args: argparse.Namespace) -> int:
+    from demitasse.data import load_embeddings
+    from demitasse.model import CompressedModel
+
+    _positive(args, "dim")
+    model = CompressedModel.load(args.model, cache=False)
+    model.bytes_per_vector(args.dim, args.precision)
+    vectors = load_embeddings(args.input, column=args.column)
+    codes = model.transform(
+        vectors, dim=args.dim, precision=args.precision, normalize=args.normalize
+    )
+    return _write(model, codes, args)
+
+
+def _write(model: CompressedModel, codes: Any, args: argparse.Namespace) -> int:
+    from demitasse.data import save_embeddings
+
+    provenance = {
+        "model_dir": str(Path(args.model).resolve()),
+        "model": model.name,
+        "layer": model.layer,
+        "method": model.method,
+        "dim": args.dim or model.output_dim,
+        "precision": args.precision,
+        "fit": model.fit_info,
+    }
+    save_embeddings(args.output, codes, metadata={"demitasse": json.dumps(provenance)})
+    what = {"float32": "float32 vectors", "int8": "int8 codes", "binary": "packed-bit codes"}
+    shape = " × ".join(map(str, codes.shape))
+    print(f"wrote {shape} {what[args.precision]} to {args.output}")
+    return 0
+
+
+# ---- export ----------------------------------------------------------------------------------
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from demitasse.export import export_model, export_sentence_transformer
+    from demitasse.model import CompressedModel, is_model_dir
+
+    _positive(args, "layer", "dim")
+    if is_model_dir(args.model):
+        if args.layer is not None:
+            raise DemitasseError("--layer applies to an encoder; a model directory has its cut")
+        model = CompressedModel.load(args.model, cache=False)
+        out = export_model(model, args.out, format=args.format, dim=args.dim)
+    elif args.format == "model2vec":
+        from demitasse.export import export_model2vec
+
+        out = export_model2vec(args.model, args.out)
+    else:
+        out = export_sentence_transformer(args.model, args.out, layer=args.layer, dim=args.dim)
+    print(out, file=sys.stdout)
+    return 0

@@ -1,0 +1,65 @@
+"""Export a fitted :class:`~demitasse.model.CompressedModel` in another library's format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from demitasse.errors import DemitasseError
+from demitasse.export.model2vec import export_model2vec
+from demitasse.export.sentence_transformers import export_sentence_transformer
+from demitasse.model import CompressedModel
+
+FORMATS = ("sentence-transformers", "model2vec")
+
+
+def export_model(
+    model: CompressedModel,
+    out: str | Path,
+    *,
+    format: str = "sentence-transformers",
+    dim: int | None = None,
+) -> Path:
+    """Write ``model`` so that sentence-transformers (or model2vec) loads it and gives the
+    vectors demitasse gives; ``dim`` sets the default output width (``truncate_dim``)."""
+    if format not in FORMATS:
+        raise DemitasseError(f"unknown export format {format!r}; known: {', '.join(FORMATS)}")
+    if not model.has_encoder:
+        raise DemitasseError(
+            "a vectors-only model has no encoder to export; sentence-transformers and "
+            "model2vec models turn texts into vectors (use 'demitasse transform' for vectors)"
+        )
+    # Loading the encoder checks its files against the fingerprint recorded at fit time.
+    if model.encoder.dim != model.input_dim:
+        raise DemitasseError(
+            f"the encoder gives {model.encoder.dim} dims but the model takes {model.input_dim}"
+        )
+    if dim is not None:
+        model.bytes_per_vector(dim)  # a one-line error for a width the model does not produce
+    if format == "model2vec":
+        return _export_model2vec(model, out, dim)
+    return export_sentence_transformer(
+        model.encoder_source,
+        out,
+        layer=model.layer,
+        dim=dim,
+        compressor=model.compressor,
+        quantizer=model.quantizer,
+        normalize=model.normalize,
+    )
+
+
+def _export_model2vec(model: CompressedModel, out: str | Path, dim: int | None) -> Path:
+    from demitasse.static.model import StaticModel
+
+    encoder = model.encoder
+    if not isinstance(encoder, StaticModel):
+        raise DemitasseError(
+            "the model2vec format holds static models only; this model's encoder is a "
+            "transformer (use --format sentence-transformers)"
+        )
+    if model.compressor is not None or (dim is not None and dim != encoder.dim):
+        raise DemitasseError(
+            f"the model2vec format cannot carry a {model.method} compressor; export with "
+            "--format sentence-transformers, or fit the static model without a compressor"
+        )
+    return export_model2vec(encoder, out)

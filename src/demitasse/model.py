@@ -1,0 +1,599 @@
+# ruff: noqa: N803, N806  (scikit-learn convention: matrices are capitalised)
+"""The compressed model: encoder, layer cut, compressor and quantiser as one object.
+
+A :class:`CompressedModel` goes unchanged from fit to evaluation to export. It holds
+
+- an encoder (a transformer, optionally cut after a layer, with that layer's exit head when the
+  model was trained with them; a static model; or none, for vectors that come from an API),
+- an optional compressor (any registered method: PCA, truncation, adaptor, SMEC, ...),
+- an optional quantiser (int8 ranges, binary thresholds) calibrated on the compressor's output.
+
+``encode(texts, dim=..., precision=...)`` (or ``transform(vectors, ...)`` for given vectors)
+picks the width and the precision at call time, within what the model was fitted for, as
+``SentenceTransformer(name, truncate_dim=64).encode(texts, precision="int8")`` does.
+``save(dir)`` writes one directory (JSON + safetensors, atomically) recording how and on what
+the model was fitted; ``CompressedModel.load(dir)`` reads it back, and refuses an encoder whose
+files changed since the fit, since its vectors would no longer be the ones the compressor saw.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Self
+
+import numpy as np
+
+from demitasse.compress import (
+    Compressor,
+    Quantizer,
+    load_compressor,
+    load_quantizer,
+    make_compressor,
+    make_quantizer,
+)
+from demitasse.compress._persist import CONFIG_FILE, demitasse_version
+from demitasse.encoders.base import Encoder
+from demitasse.errors import CompressorError, DataError, DemitasseError
+from demitasse.io import atomic_directory
+
+MODEL_KIND = "demitasse-model"
+FORMAT_VERSION = 1
+COMPRESSOR_DIR = "compressor"
+QUANTIZER_DIR = "quantizer"
+PRECISIONS = ("float32", "int8", "binary")
+#: Precisions that need no calibration, so every model offers them.
+CALIBRATION_FREE = ("float32", "binary")
+
+
+class CompressedModel:
+    """Encoder → [layer cut + exit head] → compressor → quantiser, fitted and saved as one.
+
+    Args:
+        encoder: a model name (e.g. ``"all-MiniLM-L6-v2"``), a local model directory (a
+            sentence-transformers model, a trained demitasse model with exit heads, or a
+            static model), an already loaded :class:`~demitasse.encoders.Encoder`, or ``None``
+            for a vectors-only model (vectors from an embedding API).
+        layer: keep the encoder's blocks ``1..layer`` (``None``: all of them).
+        compressor: a :class:`~demitasse.compress.Compressor`, a registered method name
+            (``"pca"``, ``"truncate"``, ``"smec"``, ...) built with ``dim`` and
+            ``compressor_params``, or ``None`` (the encoder's vectors at full width).
+        dim: the largest width the compressor is fitted for, when it is given by name.
+        precision: the quantiser to calibrate at fit time: ``"float32"`` (none), ``"int8"``
+            or ``"binary"``. float32 and binary (sign bits) are always available.
+        normalize: L2-normalise float vectors after compression (quantised codes are computed
+            from the unnormalised output, on which their calibration was fitted).
+        batch_size: texts per encoder call.
+        cache: let a transformer encoder read and write demitasse's embedding cache.
+    """
+
+    def __init__(
+        self,
+        encoder: str | Path | Encoder | None = None,
+        *,
+        layer: int | None = None,
+        compressor: Compressor | str | None = None,
+        dim: int | None = None,
+        precision: str = "float32",
+        normalize: bool = False,
+        batch_size: int = 64,
+        cache: bool = True,
+        compressor_params: dict[str, Any] | None = None,
+    ) -> None:
+        if precision not in PRECISIONS:
+            raise CompressorError(f"unknown precision {precision!r}; known: {PRECISIONS}")
+        if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int)):
+            raise DemitasseError(f"layer must be a positive integer, got {layer!r}")
+        if layer is not None and layer < 1:
+            raise DemitasseError(f"layer must be a positive integer, got {layer}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise DemitasseError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if isinstance(compressor, str):
+            compressor = make_compressor(compressor, dim=dim, **(compressor_params or {}))
+        elif compressor_params:
+            raise CompressorError("compressor_params apply only to a compressor given by name")
+        if encoder is None and layer is not None:
+            raise DemitasseError("a layer cut needs an encoder; a vectors-only model has none")
+        self.layer = layer
+        self.compressor = compressor
+        self.precision = precision
+        self.normalize = bool(normalize)
+        self.batch_size = batch_size
+        self.cache = cache
+        self.quantizer: Quantizer | None = None
+        self.fit_info: dict[str, Any] | None = None
+        self._encoder: Encoder | None = None
+        self._encoder_ref: dict[str, Any] | None = None
+        if encoder is None:
+            self._input_dim: int | None = None
+        elif isinstance(encoder, str | Path):
+            self._encoder_ref = {"source": _source_of(encoder)}
+            self._input_dim = None
+        else:
+            self._attach(encoder, {"source": getattr(encoder, "name", type(encoder).__name__)})
+
+    # ---- what the model is -------------------------------------------------------------------
+
+    @property
+    def has_encoder(self) -> bool:
+        return self._encoder is not None or self._encoder_ref is not None
+
+    @property
+    def encoder(self) -> Encoder:
+        """The encoder, loaded on first use (checked against the fingerprint saved at fit)."""
+        if self._encoder is None:
+            if self._encoder_ref is None:
+                raise DemitasseError(
+                    "this is a vectors-only model (no encoder): use transform(vectors), not "
+                    "encode(texts)"
+                )
+            self._load_encoder()
+        assert self._encoder is not None
+        return self._encoder
+
+    @property
+    def encoder_source(self) -> str | None:
+        """What the encoder loads from: a packaged or hub name, or an absolute directory."""
+        return None if self._encoder_ref is None else str(self._encoder_ref["source"])
+
+    @property
+    def encoder_kind(self) -> str | None:
+        """``"transformer"``, ``"static"`` or ``None`` (vectors only)."""
+        if self._encoder_ref is None:
+            return None
+        if "kind" not in self._encoder_ref:
+            self._load_encoder()
+        return str(self._encoder_ref["kind"])
+
+    @property
+    def name(self) -> str:
+        """The encoder's name, or ``"vectors"`` for a vectors-only model."""
+        if self._encoder_ref is not None and "name" in self._encoder_ref:
+            return str(self._encoder_ref["name"])
+        if self.has_encoder:
+            return str(self.encoder.name)
+        return "vectors"
+
+    @property
+    def method(self) -> str:
+        """The compressor's registry name, ``"none"`` without one."""
+        return "none" if self.compressor is None else self.compressor.method
+
+    @property
+    def is_fitted(self) -> bool:
+        return self.fit_info is not None
+
+    @property
+    def input_dim(self) -> int:
+        """Width of the vectors the compressor takes (the encoder's width)."""
+        if self._input_dim is None:
+            if self.compressor is not None and self.compressor.is_fitted:
+                return int(self.compressor.n_features_in_)
+            self._input_dim = int(self.encoder.dim)
+        return self._input_dim
+
+    @property
+    def output_dim(self) -> int:
+        """The widest vectors the model produces."""
+        self._check_fitted()
+        if self.compressor is None:
+            return self.input_dim
+        return int(self.compressor.output_dim_)
+
+    @property
+    def dims(self) -> list[int]:
+        """Every width ``encode``/``transform`` accepts, widest first."""
+        top = self.output_dim
+        if self.compressor is None or not self.compressor.matryoshka:
+            return [top]
+        return list(range(top, 0, -1))
+
+    @property
+    def precisions(self) -> list[str]:
+        """Precisions ``encode``/``transform`` accept: float32, binary and the fitted one."""
+        fitted = [] if self.quantizer is None else [self.quantizer.precision]
+        return [p for p in PRECISIONS if p in CALIBRATION_FREE or p in fitted]
+
+    def __repr__(self) -> str:
+        parts = [repr(self.name)]
+        if self.layer is not None:
+            parts.append(f"layer={self.layer}")
+        if self.compressor is not None:
+            parts.append(f"compressor={self.compressor!r}")
+        if self.precision != "float32":
+            parts.append(f"precision={self.precision!r}")
+        return f"CompressedModel({', '.join(parts)})"
+
+    # ---- fit ---------------------------------------------------------------------------------
+
+    def fit(
+        self,
+        texts: Sequence[str] | None = None,
+        *,
+        vectors: Any = None,
+        fit_data: str | None = None,
+        **supervision: Any,
+    ) -> Self:
+        """Fit the compressor and the quantiser on ``texts`` (encoded here) or ``vectors``.
+
+        ``supervision`` takes the compressor's keywords (``pairs=(A, B), scores=s``;
+        ``queries=Q, documents=D, relevance=r``; ``related_pairs=(A, B)``). With texts, any of
+        them given as lists of strings is encoded by the model's encoder first.
+        """
+        if (texts is None) == (vectors is None):
+            raise DataError("fit takes either texts or vectors, not both and not neither")
+        started = time.perf_counter()
+        if texts is not None:
+            texts = _check_texts(texts, "fit texts")
+            X = self.embed(texts)
+            source, digest = "texts", _hash_texts(texts)
+        else:
+            X = self._check_vectors(vectors)
+            source, digest = "vectors", _hash_vectors(X)
+        if self.compressor is None and supervision:
+            raise CompressorError("supervision needs a compressor to fit")
+        supervision = {key: self._embed_supervision(value) for key, value in supervision.items()}
+        if self.compressor is not None:
+            self.compressor.fit(X, fit_data=fit_data, **supervision)
+        self._input_dim = int(X.shape[1])
+        self.quantizer = None
+        if self.precision != "float32":
+            self.quantizer = make_quantizer(self.precision).fit(self._compress(X, None))
+        self.fit_info = {
+            "source": source,
+            "fit_data": fit_data,
+            "n_samples": int(X.shape[0]),
+            "sha256": digest,
+            "supervision": sorted(supervision),
+            "seconds": round(time.perf_counter() - started, 3),
+            "fitted_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "demitasse_version": demitasse_version(),
+        }
+        return self
+
+    def _embed_supervision(self, value: Any) -> Any:
+        if _is_text_list(value):
+            return self.embed(_check_texts(value, "supervision texts"))
+        if isinstance(value, tuple | list) and value and all(_is_text_list(v) for v in value):
+            return tuple(self.embed(_check_texts(v, "supervision texts")) for v in value)
+        return value
+
+    # ---- encode / transform ------------------------------------------------------------------
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """The encoder's float32 vectors at the model's layer, before any compression."""
+        texts = _check_texts(texts, "texts")
+        return self.encoder.encode(texts, layer=self.layer, batch_size=self.batch_size)
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        *,
+        dim: int | None = None,
+        precision: str = "float32",
+        normalize: bool | None = None,
+    ) -> np.ndarray:
+        """Texts → float32 [n, dim] vectors, int8 [n, dim] codes or packed bits [n, dim/8]."""
+        self._check_fitted()
+        dim, precision = self._check_request(dim, precision)
+        return self._finish(self.embed(texts), dim, precision, normalize)
+
+    def transform(
+        self,
+        vectors: Any,
+        *,
+        dim: int | None = None,
+        precision: str = "float32",
+        normalize: bool | None = None,
+    ) -> np.ndarray:
+        """Vectors of the encoder's width (or from an API) → compressed vectors or codes."""
+        self._check_fitted()
+        dim, precision = self._check_request(dim, precision)
+        return self._finish(self._check_vectors(vectors), dim, precision, normalize)
+
+    def compress(self, vectors: np.ndarray, dim: int | None = None) -> np.ndarray:
+        """Float32 compressed vectors of ``vectors`` (the encoder's width) at ``dim``, as the
+        quantiser sees them (never normalised)."""
+        self._check_fitted()
+        dim, _ = self._check_request(dim, "float32")
+        return self._compress(self._check_vectors(vectors), dim)
+
+    def quantizer_for(self, precision: str) -> Quantizer:
+        """The quantiser that makes (and scores) this model's codes at ``precision``."""
+        self._check_fitted()
+        _, precision = self._check_request(None, precision)
+        if self.quantizer is not None and self.quantizer.precision == precision:
+            return self.quantizer
+        return make_quantizer(precision)  # float32 or zero-threshold bits: nothing to fit
+
+    def bytes_per_vector(self, dim: int | None = None, precision: str = "float32") -> int:
+        dim, precision = self._check_request(dim, precision)
+        return self.quantizer_for(precision).bytes_per_vector(dim)
+
+    def _finish(
+        self, X: np.ndarray, dim: int, precision: str, normalize: bool | None
+    ) -> np.ndarray:
+        reduced = self._compress(X, dim)
+        if precision != "float32":
+            return self.quantizer_for(precision).quantize(reduced)
+        if self.normalize if normalize is None else normalize:
+            reduced /= np.maximum(np.linalg.norm(reduced, axis=1, keepdims=True), 1e-12)
+        return reduced
+
+    def _compress(self, X: np.ndarray, dim: int | None) -> np.ndarray:
+        if self.compressor is None:
+            return np.array(X, dtype=np.float32, copy=True)
+        return self.compressor.transform(X, dim=dim)
+
+    def _check_request(self, dim: int | None, precision: str) -> tuple[int, str]:
+        if precision not in self.precisions:
+            fitted = ", ".join(self.precisions)
+            raise CompressorError(
+                f"precision {precision!r} is not available: this model was fitted for "
+                f"{fitted} (fit with precision={precision!r} to calibrate it)"
+            )
+        if dim is None:
+            return self.output_dim, precision
+        if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or dim < 1:
+            raise CompressorError(f"dim must be a positive integer, got {dim!r}")
+        if int(dim) not in self.dims:
+            supported = f"1..{self.output_dim}" if len(self.dims) > 1 else str(self.output_dim)
+            raise CompressorError(
+                f"dim {dim} is not available: this model produces {supported} dimensions"
+            )
+        return int(dim), precision
+
+    def _check_vectors(self, vectors: Any) -> np.ndarray:
+        if isinstance(vectors, str | bytes) or vectors is None:
+            raise DataError("vectors must be a 2-D array of numbers")
+        try:
+            X = np.asarray(vectors)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"vectors must be a 2-D array of numbers ({exc})") from None
+        if X.ndim != 2 or X.shape[0] == 0 or X.dtype.kind not in "fiu":
+            raise DataError(f"vectors must be a non-empty 2-D array of numbers, got {X.shape}")
+        expected = self._expected_width()
+        if expected is not None and X.shape[1] != expected:
+            raise DataError(f"vectors have {X.shape[1]} dimensions but this model takes {expected}")
+        if not np.isfinite(X).all():
+            raise DataError("vectors contain NaN or inf")
+        return X
+
+    def _expected_width(self) -> int | None:
+        if self._input_dim is not None:
+            return self._input_dim
+        if self.compressor is not None and self.compressor.is_fitted:
+            return int(self.compressor.n_features_in_)
+        return int(self.encoder.dim) if self.has_encoder else None
+
+    def _check_fitted(self) -> None:
+        if not self.is_fitted:
+            raise CompressorError("this model is not fitted; call fit(texts) or fit(vectors=X)")
+
+    # ---- encoder -----------------------------------------------------------------------------
+
+    def _attach(self, encoder: Encoder, ref: dict[str, Any]) -> None:
+        if self.layer is not None and not 1 <= self.layer <= encoder.num_layers:
+            raise DemitasseError(
+                f"layer {self.layer} does not exist: {encoder.name} has layers "
+                f"1..{encoder.num_layers}"
+            )
+        self._encoder = encoder
+        self._input_dim = int(encoder.dim)
+        path = getattr(encoder, "path", None)
+        self._encoder_ref = {
+            **ref,
+            "kind": "static" if type(encoder).__name__ == "StaticModel" else "transformer",
+            "name": encoder.name,
+            "dim": int(encoder.dim),
+            "num_layers": int(encoder.num_layers),
+            "fingerprint": _fingerprint(Path(path)) if path is not None else None,
+        }
+
+    def _load_encoder(self) -> None:
+        from demitasse.encoders import load_encoder
+
+        assert self._encoder_ref is not None
+        saved = dict(self._encoder_ref)
+        encoder = load_encoder(saved["source"], cache=self.cache)
+        self._attach(encoder, {"source": saved["source"]})
+        now = self._encoder_ref
+        for key in ("fingerprint", "dim", "num_layers"):
+            if saved.get(key) is not None and now.get(key) != saved[key]:
+                raise DemitasseError(
+                    f"the encoder {saved['source']} differs from the one this model was fitted "
+                    f"with ({key} {now.get(key)} != {saved[key]}); refit the model"
+                )
+
+    # ---- persistence -------------------------------------------------------------------------
+
+    def config(self) -> dict[str, Any]:
+        """What ``save`` writes to config.json."""
+        self._check_fitted()
+        encoder = None
+        if self.has_encoder:
+            if self._encoder is None:
+                self._load_encoder()
+            encoder = self._encoder_ref
+        return {
+            "kind": MODEL_KIND,
+            "format_version": FORMAT_VERSION,
+            "demitasse_version": demitasse_version(),
+            "encoder": encoder,
+            "layer": self.layer,
+            "input_dim": self.input_dim,
+            "compressor": None if self.compressor is None else COMPRESSOR_DIR,
+            "method": self.method,
+            "precision": self.precision,
+            "quantizer": None if self.quantizer is None else QUANTIZER_DIR,
+            "normalize": self.normalize,
+            "batch_size": self.batch_size,
+            "output_dim": self.output_dim,
+            "matryoshka": len(self.dims) > 1,
+            "precisions": self.precisions,
+            "fit": self.fit_info,
+        }
+
+    def save(self, path: str | Path) -> Path:
+        """Write the model directory atomically: config.json, compressor/, quantizer/."""
+        path = Path(path)
+        config = self.config()
+        _refuse_foreign_directory(path)
+        with atomic_directory(path) as tmp:
+            tmp.chmod(0o755)
+            if self.compressor is not None:
+                self.compressor.save(tmp / COMPRESSOR_DIR)
+            if self.quantizer is not None:
+                self.quantizer.save(tmp / QUANTIZER_DIR)
+            text = json.dumps(config, indent=2, ensure_ascii=False, allow_nan=False)
+            (tmp / CONFIG_FILE).write_text(text + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path, *, cache: bool = True) -> CompressedModel:
+        """Read a model directory (or a bare saved compressor, as a vectors-only model)."""
+        path = Path(path)
+        config = _read_config(path)
+        if config.get("kind", "compressor") == "compressor":
+            compressor = load_compressor(path)
+            model = cls(None, compressor=compressor, cache=cache)
+            model._input_dim = int(compressor.n_features_in_)
+            model.fit_info = {"source": "vectors", "fit_data": compressor.fit_data_}
+            return model
+        return _model_from_config(cls, path, config, cache)
+
+
+def is_model_dir(path: str | Path) -> bool:
+    """Whether ``path`` holds a saved :class:`CompressedModel`."""
+    try:
+        return _read_config(Path(path)).get("kind") == MODEL_KIND
+    except DemitasseError:
+        return False
+
+
+def _model_from_config(
+    cls: type[CompressedModel], path: Path, config: dict[str, Any], cache: bool
+) -> CompressedModel:
+    def field(key: str, kinds: type | tuple[type, ...]) -> Any:
+        value = config.get(key)
+        if not isinstance(value, kinds) or isinstance(value, bool) != (kinds is bool):
+            raise CompressorError(f"invalid {CONFIG_FILE} in {path}: bad or missing {key!r}")
+        return value
+
+    version = field("format_version", int)
+    if version > FORMAT_VERSION:
+        raise CompressorError(f"{path} was saved by a newer demitasse; upgrade demitasse")
+    encoder = config.get("encoder")
+    if encoder is not None and not (
+        isinstance(encoder, dict) and isinstance(encoder.get("source"), str)
+    ):
+        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: bad 'encoder'")
+    layer = config.get("layer")
+    if layer is not None:
+        layer = field("layer", int)
+    fit_info = config.get("fit")
+    if not isinstance(fit_info, dict):
+        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: bad or missing 'fit'")
+    compressor = load_compressor(path / COMPRESSOR_DIR) if config.get("compressor") else None
+    model = cls(
+        None,
+        compressor=compressor,
+        precision=field("precision", str),
+        normalize=field("normalize", bool),
+        batch_size=field("batch_size", int),
+        cache=cache,
+    )
+    model.layer = layer
+    model._encoder_ref = dict(encoder) if encoder is not None else None
+    model._input_dim = field("input_dim", int)
+    if compressor is not None and compressor.n_features_in_ != model._input_dim:
+        raise CompressorError(f"{path}: compressor/ takes {compressor.n_features_in_} dims, "
+                              f"config.json says {model._input_dim}")  # fmt: skip
+    if config.get("quantizer"):
+        model.quantizer = load_quantizer(path / QUANTIZER_DIR)
+        if model.quantizer.precision != model.precision:
+            raise CompressorError(f"{path}: quantizer/ does not match precision {model.precision}")
+    elif model.precision != "float32":
+        raise CompressorError(f"{path}: precision {model.precision} needs quantizer/, missing")
+    model.fit_info = fit_info
+    return model
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    if not path.is_dir():
+        raise CompressorError(f"no model directory at {path}")
+    config_path = path / CONFIG_FILE
+    if not config_path.is_file():
+        raise CompressorError(f"{path} has no {CONFIG_FILE}; it is not a demitasse model")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: {exc}") from None
+    if not isinstance(config, dict):
+        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: expected a JSON object")
+    return config
+
+
+def _refuse_foreign_directory(path: Path) -> None:
+    """Replace only an earlier demitasse model: never a file or someone else's folder."""
+    if not path.exists() and not path.is_symlink():
+        return
+    if not path.is_dir() or path.is_symlink():
+        raise DemitasseError(f"refusing to replace {path}: it is not a directory")
+    if any(path.iterdir()) and not is_model_dir(path):
+        raise DemitasseError(
+            f"refusing to replace {path}: it is a non-empty directory that holds no demitasse "
+            "model; choose a new output path"
+        )
+
+
+def _source_of(encoder: str | Path) -> str:
+    """A packaged or hub name stays a name; a local directory becomes an absolute path."""
+    path = Path(encoder).expanduser()
+    return str(path.resolve()) if path.is_dir() else str(encoder)
+
+
+def _fingerprint(path: Path) -> str | None:
+    from demitasse.encoders.cache import fingerprint_directory
+
+    return fingerprint_directory(path) if path.is_dir() else None
+
+
+def _is_text_list(value: Any) -> bool:
+    return (
+        isinstance(value, list | tuple)
+        and len(value) > 0
+        and all(isinstance(item, str) for item in value)
+    )
+
+
+def _check_texts(texts: Any, what: str) -> list[str]:
+    if isinstance(texts, str | bytes):
+        raise DataError(f"{what} must be a list of strings, not a single string")
+    if not isinstance(texts, Iterable):
+        raise DataError(f"{what} must be a list of strings, got {type(texts).__name__}")
+    texts = list(texts)
+    if not texts:
+        raise DataError(f"{what} are empty")
+    bad = next((i for i, text in enumerate(texts) if not isinstance(text, str)), None)
+    if bad is not None:
+        raise DataError(f"{what}: item {bad} is a {type(texts[bad]).__name__}, not a string")
+    return texts
+
+
+def _hash_texts(texts: Sequence[str]) -> str:
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(text.encode("utf-8", "surrogatepass") + b"\n")
+    return digest.hexdigest()
+
+
+def _hash_vectors(X: np.ndarray) -> str:
+    digest = hashlib.sha256(str(X.shape).encode())
+    for start in range(0, X.shape[0], 65536):
+        digest.update(np.ascontiguousarray(X[start : start + 65536], dtype=np.float32).tobytes())
+    return digest.hexdigest()
