@@ -27,7 +27,12 @@ def add_model_commands(commands: Any) -> None:  # argparse's subparsers action
         "API) and save it as one directory that encode, transform, eval and export take.",
     )
     source = fit.add_argument_group("what to fit on (texts with an encoder, or vectors)")
-    source.add_argument("--model", default=None, help="encoder: name or directory")
+    source.add_argument(
+        "--model",
+        default=None,
+        help="encoder: name or directory (default all-MiniLM-L6-v2); with --vectors, the "
+        "encoder that made them (omit it for a vectors-only model)",
+    )
     source.add_argument("--layer", type=int, default=None, help="keep blocks 1..layer")
     source.add_argument("--texts", default=None, help=".txt, .jsonl, .parquet, .csv, .tsv")
     source.add_argument("--text-column", default="text", help="column of --texts tables")
@@ -103,8 +108,8 @@ def run_fit(args: argparse.Namespace) -> int:
     _positive(args, "layer", "dim", "batch_size")
     if (args.texts is None) == (args.vectors is None):
         raise DemitasseError("give --texts (with --model) or --vectors, one of the two")
-    if args.vectors is not None and (args.model or args.layer):
-        raise DemitasseError("--vectors makes a vectors-only model: drop --model and --layer")
+    if args.vectors is not None and args.layer is not None and args.model is None:
+        raise DemitasseError("--layer needs --model: the encoder whose layer made --vectors")
     texts_or_vectors: Any
     if args.texts is not None:
         texts_or_vectors = read_texts(args.texts, column=args.text_column)
@@ -113,7 +118,9 @@ def run_fit(args: argparse.Namespace) -> int:
     supervision = _supervision(args)
     from demitasse.encoders import DEFAULT_MODEL
 
-    encoder = None if args.vectors is not None else (args.model or DEFAULT_MODEL)
+    # With --vectors, --model names the encoder that made them (so the model can also embed
+    # texts, be evaluated and exported); without it the model is vectors-only.
+    encoder = args.model if args.vectors is not None else (args.model or DEFAULT_MODEL)
     model = CompressedModel(
         encoder, layer=args.layer, precision=args.precision, normalize=args.normalize,
         batch_size=args.batch_size,
@@ -154,10 +161,10 @@ def _supervision(args: argparse.Namespace) -> dict[str, Any]:
     supervision: dict[str, Any] = {}
     retrieval_files = (args.queries, args.corpus, args.qrels)
     wants_texts = args.pairs or args.beir or any(retrieval_files)
-    if wants_texts and args.vectors is not None:
+    if wants_texts and args.vectors is not None and args.model is None:
         raise DemitasseError(
             "supervision files hold texts, and a vectors-only model has no encoder to embed "
-            "them; fit from --texts with --model instead"
+            "them; name the encoder that made --vectors with --model"
         )
     if args.pairs:
         pairs = load_scored_pairs(args.pairs)

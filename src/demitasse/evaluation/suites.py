@@ -26,7 +26,7 @@ def parse_task_names(text: str) -> list[str]:
 
 def build_tasks(
     names: Sequence[str],
-    data_dir: str | Path | None,
+    data_dir: str | Path | None = None,
     *,
     sts_datasets: str = "all",
     limit: int | None = None,
