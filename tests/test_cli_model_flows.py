@@ -36,8 +36,8 @@ def files(data_dir: Path, tmp_path: Path) -> dict[str, Path]:
     with pairs.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["sentence1", "sentence2", "score"])
-        for a, b, score in list(zip(train.sentences1, train.sentences2, train.scores))[:200]:
-            writer.writerow([a, b, score])
+        rows = zip(train.sentences1, train.sentences2, train.scores, strict=True)
+        writer.writerows([a, b, score] for a, b, score in list(rows)[:200])
     queries = tmp_path / "queries.txt"
     queries.write_text("A man is playing a guitar.\nA woman slices an onion.\n\nDogs run.\n")
     return {"texts": texts, "pairs": pairs, "queries": queries}

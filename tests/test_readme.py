@@ -50,7 +50,7 @@ def test_readme_quickstart_runs(
     monkeypatch.setenv("DEMITASSE_CACHE", str(tmp_path / "cache"))
     (tmp_path / "corpus.txt").write_text("\n".join(stsb_fit_sentences(data_dir)[:500]) + "\n")
     namespace: dict[str, object] = {}
-    exec(compile(_quickstart(), str(README), "exec"), namespace)  # noqa: S102 - our own README
+    exec(compile(_quickstart(), str(README), "exec"), namespace)  # our own README
     assert namespace["codes"].shape == (1, 64)  # type: ignore[attr-defined]
     assert namespace["small"].shape == (1, 32)  # type: ignore[attr-defined]
     record = namespace["records"][0]  # type: ignore[index]
