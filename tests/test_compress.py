@@ -27,7 +27,7 @@ from demitasse.compress import (
     make_quantizer,
     quantizer_names,
 )
-from demitasse.errors import CompressorError, DataError
+from demitasse.errors import CompressorError, DataError, DemitasseError
 
 D = 24
 
@@ -354,6 +354,7 @@ def test_compressor_round_trip(x, tmp_path, compressor):
     compressor.fit(x, fit_data="synthetic")
     compressor.save(tmp_path / "c")
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == [
+        ".demitasse-output.json",
         "config.json",
         "state.safetensors",
     ]
@@ -446,7 +447,7 @@ def test_save_refuses_to_clobber_unrelated_paths(x, tmp_path):
     (tmp_path / "file").write_text("x")
     pca = PCA().fit(x)
     for target in ("docs", "file"):
-        with pytest.raises(CompressorError) as exc:
+        with pytest.raises(DemitasseError) as exc:
             pca.save(tmp_path / target)
         assert_one_line(exc)
     assert (tmp_path / "docs" / "thesis.tex").read_text() == "precious"

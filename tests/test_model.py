@@ -61,6 +61,7 @@ def test_fit_encode_save_load_round_trip(tiny_model: Path, tmp_path: Path) -> No
     assert config["fit"]["fit_data"] == "random words"
     assert config["fit"]["n_samples"] == 200 and len(config["fit"]["sha256"]) == 64
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [
+        ".demitasse-output.json",
         "compressor",
         "config.json",
         "quantizer",

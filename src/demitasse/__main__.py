@@ -2,6 +2,6 @@
 
 import sys
 
-from demitasse.cli import main
+from demitasse.cli import run
 
-sys.exit(main())
+sys.exit(run())

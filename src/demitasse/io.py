@@ -1,35 +1,110 @@
-"""Atomic file output: write to a temporary sibling, then rename over the target.
+"""Safe outputs: nothing the user already has is lost, whatever they type or interrupt.
 
-An interrupted run therefore leaves either the previous file or the new one, never half of one.
+Every file and folder demitasse writes goes through here:
+
+- A file is written to a temporary sibling and renamed over the target, so an interrupted run
+  leaves the previous file or the new one, never half of one. Only a regular file (or nothing)
+  is replaced: a folder, a symbolic link or a device under the target name is refused.
+- A folder output is built in a temporary sibling and swapped in. It replaces only an empty
+  folder or a complete earlier demitasse output of the same kind: such outputs carry a marker
+  file written last (:data:`MARKER`). Anything else under that name is refused with one line,
+  and nothing is touched.
+- The swap (old aside, new in, old deleted) runs with SIGINT, SIGTERM and SIGHUP held back, so
+  an interruption takes effect before the swap (the old output stays) or after it (the new one
+  is complete). :func:`handle_termination` makes SIGTERM and SIGHUP interrupt like Ctrl-C, so
+  temporary files are removed on every one of them.
+- Temporary names are short (a hash of the target name), so any valid target name works, and
+  results get the permissions a plain ``open``/``mkdir`` would give (umask respected).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import math
 import os
 import shutil
+import signal
+import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from demitasse.errors import DemitasseError
+
+#: Written last into every folder output: ``{"kind": ..., "complete": true}``.
+MARKER = ".demitasse-output.json"
+_HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the program is, as Ctrl-C raises KeyboardInterrupt."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def handle_termination() -> None:
+    """Make SIGTERM and SIGHUP raise :class:`Interrupted`, so cleanup code runs for them too."""
+
+    def raise_interrupted(signum: int, _frame: object) -> None:
+        raise Interrupted(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, raise_interrupted)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP back for the block; they are delivered after it."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def _temporary_prefix(target: Path) -> str:
+    # A hash of the name, not the name: a 250-byte target name must still leave room.
+    return ".dt-" + hashlib.sha1(target.name.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+
+
+def check_file_target(target: str | Path) -> Path:
+    """``target`` as a Path, or a one-line error if something other than a file is there."""
+    target = Path(target)
+    if target.is_symlink():
+        raise DemitasseError(f"refusing to replace {target}: it is a symbolic link")
+    if target.exists() and not stat.S_ISREG(target.stat().st_mode):
+        what = "a directory" if target.is_dir() else "not a regular file"
+        raise DemitasseError(f"refusing to write {target}: it is {what}")
+    if not target.name:
+        raise DemitasseError(f"{target} is not a file name")
+    return target
 
 
 @contextlib.contextmanager
 def atomic_path(target: str | Path, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path beside ``target``; on success it replaces ``target``."""
-    target = Path(target)
+    target = check_file_target(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=suffix)
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=_temporary_prefix(target),
+                                    suffix=suffix + ".tmp")  # fmt: skip
     os.close(fd)
     tmp = Path(tmp_name)
     try:
         yield tmp
-        # mkstemp creates 0600 files; give the result the permissions a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o666 & ~umask)
-        tmp.replace(target)
+        tmp.chmod(0o666 & ~_umask())  # mkstemp makes 0600 files
+        with signals_held():
+            tmp.replace(target)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -43,33 +118,112 @@ def atomic_write_text(target: str | Path, text: str) -> None:
     atomic_write_bytes(target, text.encode("utf-8"))
 
 
+def strict_json(obj: Any, indent: int | None = 2) -> str:
+    """JSON text that other tools can read: a non-finite number is an error, not ``NaN``."""
+    try:
+        return json.dumps(obj, indent=indent, ensure_ascii=False, allow_nan=False)
+    except ValueError as exc:
+        raise DemitasseError(f"cannot write JSON: {exc}") from None
+
+
 def atomic_write_json(target: str | Path, obj: Any) -> None:
-    atomic_write_text(target, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(target, strict_json(obj) + "\n")
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def read_json(path: str | Path) -> Any:
+    """Parse a JSON file strictly: no NaN/Infinity, no integers too large to be a float."""
+
+    def finite_int(text: str) -> int:
+        value = int(text)
+        if len(text) > 300 or not math.isfinite(float(value)):
+            raise ValueError(f"integer {text[:20]}… is too large")
+        return value
+
+    text = Path(path).read_text(encoding="utf-8")
+    return json.loads(text, parse_constant=_reject_constant, parse_int=finite_int)
+
+
+def holds_output(path: Path, kind: str) -> bool:
+    """Whether ``path`` holds a complete demitasse output of ``kind`` (its marker says so)."""
+    try:
+        marker = read_json(path / MARKER)
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(marker, dict) and marker.get("kind") == kind and marker.get("complete")
+
+
+def check_directory_target(
+    target: str | Path, kind: str, recognise: Callable[[Path], bool] | None = None
+) -> Path:
+    """``target`` as a Path if a ``kind`` output may be written there, else a one-line error.
+
+    Allowed: nothing there, an empty folder, or a complete earlier output of the same kind
+    (its marker, or ``recognise`` for outputs written before markers existed).
+    """
+    target = Path(target)
+    if target.is_symlink():
+        raise DemitasseError(f"refusing to replace {target}: it is a symbolic link")
+    if not target.exists():
+        return target
+    if not target.is_dir():
+        raise DemitasseError(f"refusing to replace {target}: it is a file, not a folder")
+    if not any(target.iterdir()) or holds_output(target, kind):
+        return target
+    if recognise is not None:
+        try:
+            if recognise(target):
+                return target
+        except (OSError, ValueError, DemitasseError):
+            pass
+    raise DemitasseError(
+        f"refusing to replace {target}: it holds files that are not a demitasse {kind}; "
+        "choose a new or empty folder"
+    )
 
 
 @contextlib.contextmanager
-def atomic_directory(target: str | Path) -> Iterator[Path]:
-    """Yield a fresh temporary directory; on success it replaces the directory ``target``.
+def atomic_directory(
+    target: str | Path, *, kind: str, recognise: Callable[[Path], bool] | None = None
+) -> Iterator[Path]:
+    """Yield a fresh temporary folder; on success it becomes ``target`` (see the module doc).
 
-    The previous directory is moved aside first and deleted only after the new one is in
-    place, so an interruption leaves a complete directory under ``target``'s name.
+    The marker is written last, so a folder that lacks it was never completed.
     """
-    target = Path(target)
+    target = check_directory_target(target, kind, recognise)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    prefix = _temporary_prefix(target)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=prefix, suffix=".tmp"))
+    old: Path | None = None
     try:
         yield tmp
-        old = None
-        if target.exists():
-            old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old."))
-            old.rmdir()
-            target.replace(old)
-        tmp.replace(target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        _open_permissions(tmp)
+        (tmp / MARKER).write_text(strict_json({"kind": kind, "complete": True}) + "\n")
+        with signals_held():
+            if target.exists():
+                old = Path(tempfile.mkdtemp(dir=target.parent, prefix=prefix, suffix=".old"))
+                old.rmdir()
+                target.replace(old)
+            tmp.replace(target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None:  # the new output is in place: the old one goes, interrupted or not
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _open_permissions(root: Path) -> None:
+    """Give a finished output the permissions plain ``mkdir``/``open`` would have given:
+    ``mkdtemp``, ``mkstemp`` and some libraries make them owner-only."""
+    umask = _umask()
+    root.chmod(0o777 & ~umask)
+    for path in root.rglob("*"):
+        if path.is_symlink():
+            continue
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 @contextlib.contextmanager

@@ -442,9 +442,7 @@ class CompressedModel:
         """Write the model directory atomically: config.json, compressor/, quantizer/."""
         path = Path(path)
         config = self.config()
-        _refuse_foreign_directory(path)
-        with atomic_directory(path) as tmp:
-            tmp.chmod(0o755)
+        with atomic_directory(path, kind="model", recognise=is_model_dir) as tmp:
             if self.compressor is not None:
                 self.compressor.save(tmp / COMPRESSOR_DIR)
             if self.quantizer is not None:
@@ -536,19 +534,6 @@ def _read_config(path: Path) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise CompressorError(f"invalid {CONFIG_FILE} in {path}: expected a JSON object")
     return config
-
-
-def _refuse_foreign_directory(path: Path) -> None:
-    """Replace only an earlier demitasse model: never a file or someone else's folder."""
-    if not path.exists() and not path.is_symlink():
-        return
-    if not path.is_dir() or path.is_symlink():
-        raise DemitasseError(f"refusing to replace {path}: it is not a directory")
-    if any(path.iterdir()) and not is_model_dir(path):
-        raise DemitasseError(
-            f"refusing to replace {path}: it is a non-empty directory that holds no demitasse "
-            "model; choose a new output path"
-        )
 
 
 def _source_of(encoder: str | Path) -> str:

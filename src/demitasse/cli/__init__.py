@@ -1,5 +1,5 @@
 """The ``demitasse`` command line: thin wrappers over the library."""
 
-from demitasse.cli.main import main
+from demitasse.cli.main import main, run
 
-__all__ = ["main"]
+__all__ = ["main", "run"]

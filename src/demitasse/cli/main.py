@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 import warnings
@@ -22,6 +23,7 @@ from demitasse.cli.model_commands import (
     run_transform,
 )
 from demitasse.errors import DemitasseError
+from demitasse.io import atomic_directory, handle_termination
 
 if TYPE_CHECKING:
     from demitasse.evaluation.grid import CompressorSpec
@@ -225,10 +227,31 @@ def _warn_in_one_line(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    with warnings.catch_warnings():
-        warnings.showwarning = _warn_in_one_line
-        return _dispatch(args)
+    """Run one command; user mistakes and interruptions end in one line, never a traceback."""
+    try:
+        args = build_parser().parse_args(argv)
+        with warnings.catch_warnings():
+            warnings.showwarning = _warn_in_one_line
+            return _dispatch(args)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(
+            f"demitasse: interrupted ({signal.Signals(signum).name}); earlier outputs are "
+            "intact and unfinished ones were removed",
+            file=sys.stderr,
+        )
+        return 128 + signum
+
+
+def run() -> int:
+    """The ``demitasse`` executable: SIGTERM and SIGHUP clean up as Ctrl-C does, and a signal
+    that arrives once the work is done cannot turn a finished run into a traceback."""
+    handle_termination()
+    try:
+        return main()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -251,9 +274,6 @@ def _dispatch(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"demitasse: error: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("demitasse: interrupted; finished outputs are intact", file=sys.stderr)
-        return 130
 
 
 def _run_distill_static(args: argparse.Namespace) -> int:
@@ -430,19 +450,29 @@ def _write_results(records: list[ResultRecord], out: Path, title: str, started: 
     from demitasse.evaluation.records import write_records
     from demitasse.report import plot_sts_vs_dim, render_report, task_table
 
-    out.mkdir(parents=True, exist_ok=True)
-    write_records(out / "results.json", records)
+    if not records:
+        raise DemitasseError("nothing was evaluated: no configuration fits the model's width")
+    # results.json, the plot and the report are one set, replaced together or not at all.
+    with atomic_directory(out, kind="evaluation results", recognise=_earlier_results) as tmp:
+        write_records(tmp / "results.json", records)
+        if any(r.task == "sts" for r in records):
+            plot_sts_vs_dim(records, tmp / "sts_vs_dim.png", title=title)
+        render_report(records, tmp / "report", title=f"demitasse: {title}")
     for task in dict.fromkeys(r.task for r in records if r.task != "efficiency"):
         print(f"\n{task}\n\n{task_table(records, task).markdown()}")
     outputs = [str(out / "results.json")]
     if any(r.task == "sts" for r in records):
-        outputs.append(str(plot_sts_vs_dim(records, out / "sts_vs_dim.png", title=title)))
-    report = render_report(records, out / "report", title=f"demitasse: {title}")
-    outputs.append(str(report.html))
+        outputs.append(str(out / "sts_vs_dim.png"))
+    outputs.append(str(out / "report" / "report.html"))
     print(
         f"\n{len(records)} results in {outputs[0]}; plot and report: {', '.join(outputs[1:])} "
         f"({time.perf_counter() - started:.0f} s)"
     )
+
+
+def _earlier_results(path: Path) -> bool:
+    """An evaluation folder written before outputs carried a marker."""
+    return (path / "results.json").is_file() and (path / "report").is_dir()
 
 
 def _evaluate_model_dir(args: argparse.Namespace) -> None:

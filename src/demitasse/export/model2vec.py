@@ -48,8 +48,7 @@ def export_model2vec(model: StaticModel | str | Path, out: str | Path) -> Path:
                 "type": "sentence_transformers.models.Normalize",
             }
         )
-    with atomic_directory(out) as tmp:
-        tmp.chmod(0o755)
+    with atomic_directory(out, kind="model2vec export", recognise=_earlier_export) as tmp:
         save_file(
             {"embeddings": np.ascontiguousarray(model.vectors)}, str(tmp / "model.safetensors")
         )
@@ -61,3 +60,8 @@ def export_model2vec(model: StaticModel | str | Path, out: str | Path) -> Path:
         info = {"name": model.name, "dim": model.dim, "metadata": model.metadata}
         (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return Path(out)
+
+
+def _earlier_export(path: Path) -> bool:
+    """A model2vec folder demitasse wrote before outputs carried a marker."""
+    return (path / EXPORT_INFO).is_file() and (path / "config.json").is_file()

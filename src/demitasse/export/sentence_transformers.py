@@ -49,7 +49,9 @@ def export_sentence_transformer(
         st = _with_exit_head(st, encoder.heads[layer])
     st.truncate_dim = dim if dim < encoder.dim else None
     info = {"source": str(encoder.path), "name": encoder.name, "layer": layer, "dim": dim}
-    with atomic_directory(out) as tmp:
+    with atomic_directory(
+        out, kind="sentence-transformers export", recognise=_earlier_export
+    ) as tmp:
         st.save(str(tmp))
         (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
     return Path(out)
@@ -74,3 +76,8 @@ def _with_exit_head(st: Any, head: torch.nn.Module) -> Any:
         (i + 1 for i, m in enumerate(modules) if type(m).__name__ == "Pooling"), len(modules)
     )
     return SentenceTransformer(modules=[*modules[:after], dense, *modules[after:]], device="cpu")
+
+
+def _earlier_export(path: Path) -> bool:
+    """A folder this exporter wrote before outputs carried a marker."""
+    return (path / EXPORT_INFO).is_file() and (path / "modules.json").is_file()

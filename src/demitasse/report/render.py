@@ -15,7 +15,7 @@ from pathlib import Path
 
 from demitasse.errors import DataError
 from demitasse.evaluation.records import ResultRecord
-from demitasse.io import atomic_write_text
+from demitasse.io import atomic_directory
 from demitasse.report.plots import (
     Colours,
     Point,
@@ -95,12 +95,20 @@ def render_report(
     if not records:
         raise DataError("no result records to report")
     out_dir = Path(out_dir)
-    blocks = build_blocks(records, out_dir / "figures", title)
-    markdown_path, html_path = out_dir / "report.md", out_dir / "report.html"
-    atomic_write_text(markdown_path, to_markdown(blocks, out_dir))
-    atomic_write_text(html_path, to_html(blocks, title))
-    figures = tuple(b.path for b in blocks if isinstance(b, FigureBlock))
-    return ReportPaths(markdown_path, html_path, figures)
+    # The report is one set: its figures, Markdown and HTML replace the old ones together.
+    with atomic_directory(out_dir, kind="report", recognise=_earlier_report) as tmp:
+        blocks = build_blocks(records, tmp / "figures", title)
+        (tmp / "report.md").write_text(to_markdown(blocks, tmp), encoding="utf-8")
+        (tmp / "report.html").write_text(to_html(blocks, title), encoding="utf-8")
+        figures = tuple(
+            out_dir / b.path.relative_to(tmp) for b in blocks if isinstance(b, FigureBlock)
+        )
+    return ReportPaths(out_dir / "report.md", out_dir / "report.html", figures)
+
+
+def _earlier_report(path: Path) -> bool:
+    """A report folder written before outputs carried a marker."""
+    return (path / "report.html").is_file() and (path / "report.md").is_file()
 
 
 def build_blocks(records: Sequence[ResultRecord], figures_dir: Path, title: str) -> list[Block]:

@@ -46,8 +46,15 @@ class SentenceModel(torch.nn.Module):
     def save(self, directory: str | Path, artifacts: Callable[[Path], None] | None = None) -> Path:
         """Write the model as a sentence-transformers directory, atomically; ``artifacts``
         adds files (e.g. a trained pooler) to it before it takes the final name."""
-        with atomic_directory(directory) as tmp:
+        with atomic_directory(
+            directory, kind="sentence-transformers model", recognise=_earlier_model
+        ) as tmp:
             self.encoder.sentence_transformer.save(str(tmp))
             if artifacts is not None:
                 artifacts(tmp)
         return Path(directory)
+
+
+def _earlier_model(path: Path) -> bool:
+    """A model folder a training run wrote before outputs carried a marker."""
+    return (path / "modules.json").is_file() and (path / "config.json").is_file()

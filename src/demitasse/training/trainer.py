@@ -259,6 +259,10 @@ class _Checkpoint:
     def exists(self) -> bool:
         return (self.directory / "state.json").is_file()
 
+    @staticmethod
+    def _earlier_checkpoint(path: Path) -> bool:
+        return (path / "state.json").is_file() and (path / "backbone.safetensors").is_file()
+
     def save(
         self,
         model: SentenceModel,
@@ -266,7 +270,9 @@ class _Checkpoint:
         optimisers: Sequence[torch.optim.Optimizer],
         state: dict[str, Any],
     ) -> None:
-        with atomic_directory(self.directory) as tmp:
+        with atomic_directory(
+            self.directory, kind="training checkpoint", recognise=self._earlier_checkpoint
+        ) as tmp:
             save_model(model.backbone, str(tmp / "backbone.safetensors"))
             loss_state = {k: v.contiguous() for k, v in objective.state_dict().items()}
             save_file(loss_state, str(tmp / "loss.safetensors"))
