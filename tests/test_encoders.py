@@ -88,8 +88,12 @@ def test_batching_and_order_do_not_change_vectors(tiny_model: Path) -> None:
 def test_bad_layer_and_single_string_are_clear_errors(encoder: TransformerEncoder) -> None:
     with pytest.raises(DemitasseError, match=r"layer 4 does not exist.*1\.\.3"):
         encoder.encode(TEXTS, layer=4)
-    with pytest.raises(DataError, match="list of texts"):
+    with pytest.raises(DataError, match="not a single string"):
         encoder.encode("just one string")
+    with pytest.raises(DataError, match="item 1 is a dict, not a string"):
+        encoder.encode(["a text", {"text": "an object"}])
+    with pytest.raises(DemitasseError, match="batch_size must be a positive integer"):
+        encoder.encode(TEXTS, batch_size=-3)
 
 
 def test_cache_serves_repeats_without_a_forward_pass(
@@ -127,6 +131,32 @@ def test_a_corrupt_cache_shard_is_a_miss_not_a_crash(tiny_model: Path, tmp_path:
         shard.write_bytes(shard.read_bytes()[:50])
     again = load_encoder(tiny_model, cache_dir=tmp_path).encode(TEXTS)
     np.testing.assert_allclose(again, expected, atol=1e-6)
+
+
+def test_the_cache_cannot_be_poisoned(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from safetensors.numpy import save_file
+
+    from demitasse.encoders.cache import HASH_BYTES, text_hash
+
+    cache = EmbeddingCache(tmp_path, dim=3)
+    cache.store(["nan"], {1: np.array([[np.nan, 0.0, 1.0]], np.float32)})
+    cache.store(["wide"], {1: np.ones((1, 4), np.float32)})
+    assert not list(tmp_path.glob("shard-*"))  # neither was stored
+    # Shards written by anything else are checked when read: each bad one is a miss, said once.
+    hashes = np.frombuffer(text_hash("x"), np.uint8).reshape(1, HASH_BYTES)
+    bad = {"inf": np.full((1, 3), np.inf, np.float32), "rows": np.ones((2, 3), np.float32)}
+    for name, matrix in bad.items():
+        save_file(
+            {"hashes": hashes, "layer_1": matrix}, str(tmp_path / f"shard-{name}.safetensors")
+        )
+    out = {1: np.zeros((1, 3), np.float32)}
+    with caplog.at_level("WARNING"):
+        assert EmbeddingCache(tmp_path, dim=3).fill(["x"], out) == [0]
+        reader = EmbeddingCache(tmp_path, dim=3)
+        reader.fill(["x"], out)
+        reader.fill(["x"], out)
+    assert sum("ignoring embedding cache shard" in r.message for r in caplog.records) == 4
+    assert not out[1].any()
 
 
 def test_cache_files_are_written_atomically(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
@@ -37,6 +37,7 @@ from demitasse.compress import (
     make_quantizer,
 )
 from demitasse.compress._persist import CONFIG_FILE, demitasse_version
+from demitasse.data import check_texts
 from demitasse.encoders.base import Encoder
 from demitasse.errors import CompressorError, DataError, DemitasseError
 from demitasse.io import atomic_directory
@@ -557,16 +558,9 @@ def _is_text_list(value: Any) -> bool:
 
 
 def _check_texts(texts: Any, what: str) -> list[str]:
-    if isinstance(texts, str | bytes):
-        raise DataError(f"{what} must be a list of strings, not a single string")
-    if not isinstance(texts, Iterable):
-        raise DataError(f"{what} must be a list of strings, got {type(texts).__name__}")
-    texts = list(texts)
+    texts = check_texts(texts, what)
     if not texts:
         raise DataError(f"{what} are empty")
-    bad = next((i for i, text in enumerate(texts) if not isinstance(text, str)), None)
-    if bad is not None:
-        raise DataError(f"{what}: item {bad} is a {type(texts[bad]).__name__}, not a string")
     return texts
 
 

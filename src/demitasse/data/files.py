@@ -120,3 +120,19 @@ def read_corpus(path: str | Path, limit: int | None = None) -> list[str]:
         if limit is not None and len(texts) >= limit:
             break
     return list(texts)[:limit]
+
+
+def check_texts(texts: Any, what: str = "texts") -> list[str]:
+    """``texts`` as a list of strings, or a one-line DataError: a single string, a non-iterable
+    or an item that is not a string (a number, a dict, bytes) is refused, never ``str()``-ed."""
+    if isinstance(texts, str | bytes):
+        raise DataError(f"{what} must be a list of strings, not a single string")
+    try:
+        items = list(texts)
+    except TypeError:
+        raise DataError(f"{what} must be a list of strings, got {type(texts).__name__}") from None
+    bad = next((i for i, text in enumerate(items) if not isinstance(text, str)), None)
+    if bad is not None:
+        kind = type(items[bad]).__name__
+        raise DataError(f"{what}: item {bad} is a {kind}, not a string")
+    return items

@@ -3,12 +3,15 @@
 Keyed by model identity (a directory per model + pooling + normalisation), then layer and a
 hash of the text. Each ``encode`` call that computes new vectors appends one shard file holding
 the text hashes and one array per layer; shards are written atomically, so an interrupted run
-leaves only complete shards behind.
+leaves only complete shards behind. Only finite vectors of the expected width, one row per
+hash, are stored or read back: a shard that fails that check is a miss (said once, then
+ignored), so a bad run can never poison later ones.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +23,7 @@ from safetensors.numpy import load_file, save_file
 from demitasse.io import atomic_path
 
 HASH_BYTES = 16
+logger = logging.getLogger(__name__)
 
 
 def text_hash(text: str) -> bytes:
@@ -46,18 +50,48 @@ def fingerprint_directory(path: Path) -> str:
 class EmbeddingCache:
     """Per-layer sentence embeddings of one model configuration, stored as safetensors shards."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, dim: int | None = None) -> None:
         self.directory = Path(directory)
+        self.dim = dim
         self._index: dict[tuple[int, bytes], tuple[Path, int]] | None = None
         self._arrays: dict[Path, dict[str, np.ndarray]] = {}
+        self._rejected: set[Path] = set()
 
     def _load_shard(self, shard: Path) -> dict[str, np.ndarray] | None:
+        if shard in self._rejected:
+            return None
         if shard not in self._arrays:
             try:
-                self._arrays[shard] = load_file(shard)
+                arrays = load_file(shard)
             except (SafetensorError, OSError, ValueError):
-                return None  # an unreadable shard is a cache miss, never an error
+                arrays = None
+            problem = "unreadable" if arrays is None else self._problem(arrays)
+            if problem:  # a bad shard is a cache miss, never an error
+                self._rejected.add(shard)
+                logger.warning("ignoring embedding cache shard %s: %s", shard, problem)
+                return None
+            assert arrays is not None
+            self._arrays[shard] = arrays
         return self._arrays[shard]
+
+    def _problem(self, arrays: dict[str, np.ndarray]) -> str | None:
+        """Why ``arrays`` cannot be a shard of this cache, or None."""
+        hashes = arrays.get("hashes")
+        if hashes is None or hashes.dtype != np.uint8 or hashes.ndim != 2:
+            return "no text hashes"
+        if hashes.shape[1] != HASH_BYTES:
+            return "text hashes of the wrong size"
+        layers = {k: v for k, v in arrays.items() if k != "hashes"}
+        if not layers or any(not _is_layer_key(k) for k in layers):
+            return "unexpected arrays"
+        for name, matrix in layers.items():
+            if matrix.ndim != 2 or matrix.shape[0] != hashes.shape[0]:
+                return f"{name} does not have one row per text"
+            if self.dim is not None and matrix.shape[1] != self.dim:
+                return f"{name} has width {matrix.shape[1]}, expected {self.dim}"
+            if matrix.dtype != np.float32 or not np.isfinite(matrix).all():
+                return f"{name} holds non-finite or non-float32 values"
+        return None
 
     def _build_index(self) -> dict[tuple[int, bytes], tuple[Path, int]]:
         if self._index is None:
@@ -102,6 +136,10 @@ class EmbeddingCache:
         arrays["hashes"] = arrays["hashes"].reshape(len(texts), HASH_BYTES)
         for layer, matrix in embeddings.items():
             arrays[f"layer_{layer}"] = np.ascontiguousarray(matrix, dtype=np.float32)
+        problem = self._problem(arrays)
+        if problem:
+            logger.warning("not caching these embeddings: %s", problem)
+            return
         self.directory.mkdir(parents=True, exist_ok=True)
         shard = self.directory / f"shard-{uuid.uuid4().hex}.safetensors"
         with atomic_path(shard) as tmp:
@@ -109,3 +147,8 @@ class EmbeddingCache:
         self._arrays[shard] = arrays
         self._build_index()
         self._add_to_index(shard)
+
+
+def _is_layer_key(key: str) -> bool:
+    prefix, _, number = key.partition("_")
+    return prefix == "layer" and number.isdigit()

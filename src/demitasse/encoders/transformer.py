@@ -12,11 +12,12 @@ import torch
 from tqdm.auto import tqdm
 from transformers import BatchEncoding
 
+from demitasse.data import check_texts
 from demitasse.encoders.base import Encoder
 from demitasse.encoders.cache import EmbeddingCache, fingerprint_directory
 from demitasse.encoders.exit_heads import load_exit_heads
 from demitasse.encoders.resolve import DEFAULT_MODEL, cache_root, resolve_model
-from demitasse.errors import DataError, DemitasseError
+from demitasse.errors import DemitasseError
 
 POOLINGS = ("mean", "cls", "max", "lasttoken")
 PROGRESS_MIN_TEXTS = 2048
@@ -144,7 +145,7 @@ class TransformerEncoder:
                 ]
             )
             root = Path(cache_dir) if cache_dir else cache_root() / "embeddings"
-            self._cache = EmbeddingCache(root / key)
+            self._cache = EmbeddingCache(root / key, dim=self.dim)
 
     def __repr__(self) -> str:
         return (
@@ -171,9 +172,9 @@ class TransformerEncoder:
     def encode_layers(
         self, texts: Sequence[str], layers: Sequence[int] | None = None, batch_size: int = 32
     ) -> dict[int, np.ndarray]:
-        if isinstance(texts, str):
-            raise DataError("encode expects a list of texts, not a single string")
-        texts = [str(t) for t in texts]
+        texts = check_texts(texts)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise DemitasseError(f"batch_size must be a positive integer, got {batch_size!r}")
         wanted = self._check_layers(layers)
         out = {layer: np.empty((len(texts), self.dim), dtype=np.float32) for layer in wanted}
         missing = self._cache.fill(texts, out) if self._cache else list(range(len(texts)))

@@ -26,7 +26,8 @@ from demitasse.compress._persist import (
     require,
     write_saved,
 )
-from demitasse.errors import DataError, DemitasseError
+from demitasse.data.files import check_texts
+from demitasse.errors import DemitasseError
 
 METHOD = "static"
 FORMAT_VERSION = 1
@@ -88,11 +89,9 @@ class StaticModel:
     def encode(
         self, texts: Sequence[str], layer: int | None = None, batch_size: int = 32
     ) -> np.ndarray:
-        if isinstance(texts, str):
-            raise DataError("encode expects a list of texts, not a single string")
+        texts = check_texts(texts)
         if layer not in (None, 1):
             raise DemitasseError(f"layer {layer} does not exist: a static model has one layer")
-        texts = [str(t) for t in texts]
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(texts), BLOCK_TEXTS):
             ids = self.token_ids(texts[start : start + BLOCK_TEXTS])
