@@ -178,11 +178,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     export = commands.add_parser(
-        "export", help="write a sentence-transformers model cut to a layer and a dimension"
+        "export",
+        help="write a sentence-transformers model cut to a layer, compressed to a dimension",
     )
     export.add_argument("model", help="model path or packaged name (e.g. RUN/best)")
     export.add_argument("--layer", type=int, default=None, help="keep blocks 1..layer")
-    export.add_argument("--dim", type=int, default=None, help="keep the first dim dimensions")
+    export.add_argument(
+        "--dim",
+        type=int,
+        default=None,
+        help="output width (default: the compressor's, else the model's)",
+    )
+    export.add_argument(
+        "--compressor", default=None, help="a saved compressor (demitasse fit) to apply"
+    )
+    export.add_argument(
+        "--quantizer", default=None, help="a saved quantizer whose calibration to include"
+    )
+    export.add_argument("--normalize", action="store_true", help="L2-normalise the output")
     export.add_argument("--out", required=True, help="directory to write")
 
     static = commands.add_parser(
@@ -343,9 +356,18 @@ def _run_train(args: argparse.Namespace) -> int:
 
 
 def _run_export(args: argparse.Namespace) -> int:
+    from demitasse.compress import load_compressor, load_quantizer
     from demitasse.export import export_sentence_transformer
 
-    out = export_sentence_transformer(args.model, args.out, layer=args.layer, dim=args.dim)
+    out = export_sentence_transformer(
+        args.model,
+        args.out,
+        layer=args.layer,
+        dim=args.dim,
+        compressor=load_compressor(args.compressor) if args.compressor else None,
+        quantizer=load_quantizer(args.quantizer) if args.quantizer else None,
+        normalize=args.normalize,
+    )
     print(out)
     return 0
 
