@@ -31,7 +31,7 @@ import torch
 from demitasse.compress import Compressor, Quantizer
 from demitasse.compress.base import AffineMap
 from demitasse.encoders.transformer import TransformerEncoder, layer_stack, load_encoder
-from demitasse.errors import DemitasseError, ExportError
+from demitasse.errors import ExportError
 from demitasse.io import atomic_directory
 
 EXPORT_INFO = "demitasse_export.json"
@@ -64,11 +64,11 @@ def export_sentence_transformer(
         raise ExportError(f"{model} is a static model; export it with export_model2vec")
     layer = encoder.num_layers if layer is None else int(layer)
     if not 1 <= layer <= encoder.num_layers:
-        raise DemitasseError(f"--layer must be in 1..{encoder.num_layers} for {encoder.name}")
+        raise ExportError(f"--layer must be in 1..{encoder.num_layers} for {encoder.name}")
     width = _check_compressor(compressor, encoder.dim)
     dim = width if dim is None else int(dim)
     if not 1 <= dim <= width:
-        raise DemitasseError(f"--dim must be in 1..{width} for {encoder.name}")
+        raise ExportError(f"--dim must be in 1..{width} for {encoder.name}")
     if compressor is not None and not compressor.matryoshka and dim != width:
         raise ExportError(f"a {compressor.method} compressor only produces dim {width}, not {dim}")
     _check_quantizer(quantizer, dim)
@@ -125,6 +125,8 @@ def _check_quantizer(quantizer: Quantizer | None, dim: int) -> None:
         return
     if not isinstance(quantizer, Quantizer) or (quantizer.needs_fit and not quantizer.is_fitted):
         raise ExportError(f"quantizer must be a fitted demitasse Quantizer, got {quantizer!r}")
+    if quantizer.precision not in ("float32", "int8", "binary"):
+        raise ExportError(f"cannot export a {quantizer.precision} quantizer")
     fitted = quantizer.metadata["input_dim"]
     if fitted is not None and fitted < dim:
         raise ExportError(
@@ -140,7 +142,7 @@ def _encoder_modules(encoder: TransformerEncoder, layer: int) -> list[torch.nn.M
         return modules
     stack = layer_stack(encoder.model)
     if stack is None:
-        raise DemitasseError(f"cannot find the transformer blocks of {encoder.name} to cut")
+        raise ExportError(f"cannot find the transformer blocks of {encoder.name} to cut")
     owner, attr = stack
     setattr(owner, attr, torch.nn.ModuleList(list(getattr(owner, attr))[:layer]))
     encoder.model.config.num_hidden_layers = layer
@@ -211,8 +213,6 @@ def _write_quantization(quantizer: Quantizer | None, dim: int, folder: Path) -> 
         thresholds = np.ascontiguousarray(quantizer.thresholds_[:dim], dtype=np.float32)
         save_file({"thresholds": thresholds}, str(folder / BINARY_THRESHOLDS))
         info["file"] = BINARY_THRESHOLDS
-    elif quantizer.precision not in ("float32", "binary"):
-        raise ExportError(f"cannot export a {quantizer.precision} quantizer")
     return info
 
 
