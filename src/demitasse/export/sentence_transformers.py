@@ -219,7 +219,7 @@ def _write_quantization(quantizer: Quantizer | None, dim: int, folder: Path) -> 
 def _readme(info: dict[str, Any]) -> str:
     """How to load and use the export (README.md in the exported folder)."""
     compressor = info["compressor"]
-    what = f"{info['name']} cut after layer {info['layer']}"
+    what = f"{info['name']} up to layer {info['layer']}"
     if compressor is not None:
         what += f", compressed by a fitted `{compressor['method']}` compressor"
     what += f", {info['dim']} dimensions"
