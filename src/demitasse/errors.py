@@ -21,3 +21,7 @@ class ModelNotFoundError(DemitasseError):
 
 class CompressorError(DemitasseError):
     """Invalid use of a compressor, or a corrupt saved compressor."""
+
+
+class ExportError(DemitasseError):
+    """A model, compressor or quantizer that cannot be exported as asked."""

@@ -9,6 +9,7 @@ input validation, chunking, dimension handling and (atomic) persistence.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
@@ -50,6 +51,28 @@ def make_compressor(name: str, **params: Any) -> Compressor:
 def load_compressor(path: str | Path) -> Compressor:
     """Load any saved compressor, dispatching on config.json's ``method``."""
     return Compressor.load(path)
+
+
+@dataclass(frozen=True)
+class AffineMap:
+    """``activation(weight @ normalize?(x) + bias)``: what a linear compressor computes at one
+    width, so an exporter can write it as standard layers (a Dense module) instead of code."""
+
+    weight: np.ndarray  #: float32 [k, D]
+    bias: np.ndarray  #: float32 [k]
+    activation: str = "identity"  #: "identity" or "tanh"
+    normalize_input: bool = False  #: L2-normalise x first
+
+    @property
+    def is_truncation(self) -> bool:
+        """Whether the map only keeps the first k inputs (no layer needed to compute it)."""
+        k, d = self.weight.shape
+        return (
+            self.activation == "identity"
+            and not self.normalize_input
+            and not self.bias.any()
+            and np.array_equal(self.weight, np.eye(k, d, dtype=self.weight.dtype))
+        )
 
 
 class Compressor(Params):
@@ -107,6 +130,10 @@ class Compressor(Params):
 
     def _load_state(self, arrays: dict[str, np.ndarray]) -> None:
         """Restore learned arrays (config-level attributes are already set)."""
+
+    def _affine(self, dim: int) -> AffineMap | None:
+        """``transform(·, dim)`` as one affine layer, or None when it is not one."""
+        return None
 
     # ---- public API --------------------------------------------------------------------------
 
@@ -205,6 +232,19 @@ class Compressor(Params):
         """``fit`` then ``transform`` the same data."""
         self.fit(X, fit_data=fit_data, **supervision)
         return self.transform(X, dim, chunk_rows=chunk_rows, out=out)
+
+    def as_affine(self, dim: int | None = None) -> AffineMap | None:
+        """``transform(·, dim)`` as an :class:`AffineMap` (up to float32 rounding), or None for
+        a non-linear compressor. Exporters write the map as built-in layers."""
+        self._check_fitted("as_affine")
+        return self._affine(self._resolve_dim(dim))
+
+    def prefix_dims(self, dim: int | None = None) -> list[int]:
+        """Widths k <= dim whose ``transform(·, dim=k)`` is the first k columns of
+        ``transform(·, dim)``: what a server may serve by truncating the ``dim``-wide output."""
+        self._check_fitted("prefix_dims")
+        k = self._resolve_dim(dim)
+        return list(range(1, k + 1)) if self.matryoshka else [k]
 
     @property
     def metadata(self) -> dict[str, Any]:

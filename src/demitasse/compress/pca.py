@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from demitasse.compress._arrays import is_int, iter_row_chunks
-from demitasse.compress.base import Compressor, register_compressor
+from demitasse.compress.base import AffineMap, Compressor, register_compressor
 from demitasse.errors import CompressorError, DataError
 
 # Whitening divides by sqrt(eigenvalue); eigenvalues below this fraction of the largest are
@@ -96,6 +96,12 @@ class PCA(Compressor):
 
     def _transform_chunk(self, X: np.ndarray, dim: int) -> np.ndarray:
         return (X - self._mean32) @ self._projection[:, :dim]
+
+    def _affine(self, dim: int) -> AffineMap:
+        # (x - mean) @ P = P'x - P'mean: centring, ABTT and whitening all fold into one layer.
+        projection = self._projection[:, :dim].astype(np.float64)
+        bias = -(self._mean32.astype(np.float64) @ projection)
+        return AffineMap(np.ascontiguousarray(self._projection[:, :dim].T), bias.astype(np.float32))
 
     def _state(self) -> dict[str, np.ndarray]:
         return {

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from demitasse.compress.base import Compressor, register_compressor
+from demitasse.compress.base import AffineMap, Compressor, register_compressor
 from demitasse.errors import CompressorError
 
 ACTIVATIONS = ("tanh", "identity")
@@ -71,6 +71,9 @@ class Pooler(Compressor):
             X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
         out = X @ self.weight_.T + self.bias_
         return np.tanh(out) if self.activation == "tanh" else out
+
+    def _affine(self, dim: int) -> AffineMap:
+        return AffineMap(self.weight_, self.bias_, self.activation, bool(self.normalize_input))
 
     def _state(self) -> dict[str, np.ndarray]:
         return {"weight_": self.weight_, "bias_": self.bias_}

@@ -293,10 +293,14 @@ class Float32Quantizer(Quantizer):
 class Int8Quantizer(Quantizer):
     """Scalar int8 quantisation with per-dimension ranges learned from calibration data.
 
-    ``code = clip(round((x - lo) / (hi - lo) * 255 - 128), -128, 127)`` where [lo, hi] is the
-    calibration min/max (``"minmax"``) or the [100-p, p] percentiles (``"percentile"``, which
-    ignores outliers; it loads the calibration set into memory). Similarity is the cosine of
-    the integer codes, as an int8 vector index computes it.
+    ``code = clip(floor((x - lo) / step), 0, 255) - 128`` with ``step = (hi - lo) / 255``, all in
+    float32 and in that order, where [lo, hi] is the calibration min/max (``"minmax"``) or the
+    [100-p, p] percentiles (``"percentile"``, which ignores outliers; it loads the calibration
+    set into memory). This is sentence-transformers' convention to the bit
+    (``quantize_embeddings(x, "int8", ranges=np.stack([lo, hi]))``), so codes made here and
+    codes made by a server from exported ranges are interchangeable; values outside [lo, hi]
+    clip to -128 or 127. Similarity is the cosine of the integer codes, as an int8 vector
+    index computes it.
     """
 
     precision: ClassVar[str] = "int8"
@@ -325,22 +329,26 @@ class Int8Quantizer(Quantizer):
         else:
             p = float(self.percentile)
             lo, hi = np.percentile(np.asarray(X, dtype=np.float32), [100.0 - p, p], axis=0)
-        # A constant dimension gets a range centred on its value, so it codes to 0 and adds
-        # nothing to dot products.
+        # A constant dimension gets a range that puts its value mid-bucket 128, so it codes to
+        # 0 and adds nothing to dot products; the range scales with the value so that float32
+        # keeps lo < hi even for large values.
         flat = ~(hi > lo)
-        lo = np.where(flat, lo - 1.0, lo)
-        hi = np.where(flat, hi + 1.0, hi)
+        step = 2.0 * np.maximum(1.0, np.abs(lo)) / 255.0
+        lo, hi = np.where(flat, lo - 128.5 * step, lo), np.where(flat, lo + 126.5 * step, hi)
         self._set_ranges(lo.astype(np.float32), hi.astype(np.float32))
 
     def _set_ranges(self, lo: np.ndarray, hi: np.ndarray) -> None:
         self.lo_ = lo
         self.hi_ = hi
-        self._scale = (255.0 / (hi.astype(np.float64) - lo)).astype(np.float32)
+        # float32 throughout, as sentence-transformers computes it (a zero step becomes 1 there;
+        # lo < hi here, but a range below float32's resolution can still round to 0).
+        step = (hi - lo) / np.float32(255)
+        self._step = np.where(step == 0, np.float32(1), step).astype(np.float32)
 
     def _quantize_chunk(self, X: np.ndarray) -> np.ndarray:
         d = X.shape[1]
-        codes = np.rint((X - self.lo_[:d]) * self._scale[:d] - 128.0)
-        return np.clip(codes, -128, 127).astype(np.int8)
+        buckets = np.clip(np.floor((X - self.lo_[:d]) / self._step[:d]), 0, 255)
+        return (buckets - 128).astype(np.int8)
 
     def _similarity_chunk(self, A: np.ndarray, B: np.ndarray, n_bits: int) -> np.ndarray:
         return cosine_rows(A, B)

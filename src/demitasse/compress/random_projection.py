@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from demitasse.compress._arrays import is_int
-from demitasse.compress.base import Compressor, register_compressor
+from demitasse.compress.base import AffineMap, Compressor, register_compressor
 from demitasse.errors import CompressorError
 
 
@@ -45,6 +45,9 @@ class RandomProjection(Compressor):
 
     def _transform_chunk(self, X: np.ndarray, dim: int) -> np.ndarray:
         return X @ self._projection[:, :dim]
+
+    def _affine(self, dim: int) -> AffineMap:
+        return AffineMap(np.ascontiguousarray(self.components_[:dim]), np.zeros(dim, np.float32))
 
     def _state(self) -> dict[str, np.ndarray]:
         return {"components_": self.components_}

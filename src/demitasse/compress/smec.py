@@ -323,6 +323,13 @@ class SMEC(LearnedCompressor):
                 break
         return h[:, :dim]
 
+    def prefix_dims(self, dim: int | None = None) -> list[int]:
+        """Widths above the largest stage narrower than ``dim``: below it a narrower stage runs,
+        whose output is not a prefix of the ``dim``-wide one."""
+        widths = super().prefix_dims(dim)
+        narrower = [w for w in self.stage_dims_ if w < widths[-1]]
+        return [k for k in widths if k > max(narrower, default=0)]
+
     def selected_dims(self, stage: int = 0) -> np.ndarray:
         """Input dimensions of ``stage`` kept at inference, most important first."""
         self._check_fitted("selected_dims")

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from demitasse.compress.base import Compressor, register_compressor
+from demitasse.compress.base import AffineMap, Compressor, register_compressor
 
 
 @register_compressor
@@ -21,3 +21,8 @@ class Truncate(Compressor):
 
     def _transform_chunk(self, X: np.ndarray, dim: int) -> np.ndarray:
         return X[:, :dim]
+
+    def _affine(self, dim: int) -> AffineMap:
+        return AffineMap(
+            np.eye(dim, self.n_features_in_, dtype=np.float32), np.zeros(dim, np.float32)
+        )
