@@ -248,17 +248,16 @@ def test_exports_that_cannot_be_carried_fail_in_one_line_and_write_nothing(
     assert [p.name for p in tmp_path.iterdir()] == []
 
 
-def test_the_command_line_exports_saved_compressors_and_quantizers(
-    tiny: Path, vectors: np.ndarray, tmp_path: Path
+def test_the_command_line_exports_a_model_directory(
+    tiny: Path, texts: list[str], tmp_path: Path
 ) -> None:
+    from demitasse import CompressedModel
     from demitasse.cli.main import main
 
-    smec = fitted("smec", vectors)
-    smec.save(tmp_path / "smec")
-    make_quantizer("int8").fit(smec.transform(vectors)).save(tmp_path / "int8")
-    argv = ["export", str(tiny), "--compressor", str(tmp_path / "smec"), "--dim", "8"]
-    argv += ["--quantizer", str(tmp_path / "int8"), "--normalize", "--out", str(tmp_path / "x")]
-    assert main(argv) == 0
+    smec = make_compressor("smec", **FAST["smec"], **LEARNED)
+    model = CompressedModel(tiny, compressor=smec, precision="int8", normalize=True)
+    model.fit(texts).save(tmp_path / "m")
+    assert main(["export", str(tmp_path / "m"), "--dim", "8", "--out", str(tmp_path / "x")]) == 0
     info = json.loads((tmp_path / "x" / "demitasse_export.json").read_text())
     assert info["compressor"]["method"] == "smec" and info["matryoshka_dims"] == [5, 6, 7, 8]
     assert (tmp_path / "x" / "int8_ranges.safetensors").is_file()
