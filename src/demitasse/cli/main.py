@@ -15,6 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from demitasse.cli.arguments import (
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from demitasse.cli.model_commands import (
     add_model_commands,
     run_encode,
@@ -79,7 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="STS sets: 'all' (STS12-16, STS-B, SICK-R), names like sts12,stsb, or pair files",
     )
     evaluate.add_argument(
-        "--limit", type=int, default=None, help="shorten each data set to N items (quick runs)"
+        "--limit",
+        type=positive_int,
+        default=None,
+        help="shorten each data set to N items (quick runs)",
     )
     _common(evaluate)
 
@@ -101,20 +110,22 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--data-dir", default=None, help="shared data folder ($DEMITASSE_DATA)")
     train.add_argument("--out", required=True, help="run directory (resumes if it exists)")
     train.add_argument("--loss", choices=("angle", "cosent", "ibn"), default="angle")
-    train.add_argument("--epochs", type=int, default=1)
-    train.add_argument("--batch-size", type=int, default=32)
-    train.add_argument("--lr", type=float, default=2e-5)
-    train.add_argument("--max-steps", type=int, default=None)
-    train.add_argument("--eval-steps", type=int, default=100)
+    train.add_argument("--epochs", type=positive_int, default=1)
+    train.add_argument("--batch-size", type=positive_int, default=32)
+    train.add_argument("--lr", type=positive_float, default=2e-5)
+    train.add_argument("--max-steps", type=positive_int, default=None)
+    train.add_argument("--eval-steps", type=positive_int, default=100)
     train.add_argument(
         "--patience",
-        type=int,
+        type=non_negative_int,
         default=5,
         help="stop after this many STS-B dev evaluations without a new best (0: train the "
         "whole budget)",
     )
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--compress-dim", type=int, default=None, help="ese: k (default dim/3)")
+    train.add_argument("--seed", type=non_negative_int, default=0)
+    train.add_argument(
+        "--compress-dim", type=positive_int, default=None, help="ese: k (default dim/3)"
+    )
     train.add_argument("--layer-weighting", choices=("default", "none", "dynamic"))
     train.add_argument("--compression", choices=("dependencies", "embeddings", "none"))
     train.add_argument("--layer-indexing", choices=("paper", "reference"))
@@ -135,7 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="ese: also apply the loss to these prefixes of the last layer (e.g. 128,64,32)",
     )
     train.add_argument(
-        "--express-weight", type=float, help="ese: alpha, the weight of the inner layers' loss"
+        "--express-weight",
+        type=non_negative_float,
+        help="ese: alpha, the weight of the inner layers' loss",
     )
     train.add_argument(
         "--gradient-priority",
@@ -153,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--inner-rate",
-        type=float,
+        type=non_negative_float,
         help="ese with --decoupled-updates: learning-rate factor of the inner layers' update "
         "of the encoder (0: the inner layers' terms train only the exit heads)",
     )
@@ -179,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--head-lr",
-        type=float,
+        type=positive_float,
         default=None,
         help="learning rate of the objective's own parameters: exit heads, dynamic layer "
         "weights (default 1e-3 with --exit-heads or --layer-weighting dynamic, else --lr)",
@@ -194,11 +207,13 @@ def build_parser() -> argparse.ArgumentParser:
     static.add_argument("--corpus", required=True, help="text file or folder of *.txt(.gz)")
     static.add_argument("--out", required=True, help="directory for the static model")
     static.add_argument("--teacher", default="all-MiniLM-L6-v2", help="path or packaged name")
-    static.add_argument("--dim", type=int, default=256)
-    static.add_argument("--max-sentences", type=int, default=250_000)
-    static.add_argument("--harvest-limit", type=int, default=None)
-    static.add_argument("--steps", type=int, default=10_000, help="most distillation steps")
-    static.add_argument("--lr", type=float, default=3e-3)
+    static.add_argument("--dim", type=positive_int, default=256)
+    static.add_argument("--max-sentences", type=positive_int, default=250_000)
+    static.add_argument("--harvest-limit", type=positive_int, default=None)
+    static.add_argument(
+        "--steps", type=positive_int, default=10_000, help="most distillation steps"
+    )
+    static.add_argument("--lr", type=positive_float, default=3e-3)
     static.add_argument("--work-dir", default=None, help="extraction checkpoints (resumable)")
     static.add_argument("--model2vec", default=None, help="also export the model2vec layout here")
 
@@ -211,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default=None, help="shared data folder ($DEMITASSE_DATA)")
     parser.add_argument("--out", default=None, help="output directory")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=positive_int, default=64)
 
 
 def _warn_in_one_line(
@@ -280,10 +295,6 @@ def _run_distill_static(args: argparse.Namespace) -> int:
     from demitasse.export import export_model2vec
     from demitasse.static.pipeline import StaticRecipe, distill_static
 
-    for option in ("dim", "max_sentences", "harvest_limit", "steps"):
-        value = getattr(args, option)
-        if value is not None and value < 1:
-            raise DemitasseError(f"--{option.replace('_', '-')} must be positive, got {value}")
     recipe = StaticRecipe(
         dim=args.dim,
         max_sentences=args.max_sentences,

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from demitasse.cli.arguments import positive_int
 from demitasse.errors import DataError, DemitasseError
 
 if TYPE_CHECKING:
@@ -33,18 +34,18 @@ def add_model_commands(commands: Any) -> None:  # argparse's subparsers action
         help="encoder: name or directory (default all-MiniLM-L6-v2); with --vectors, the "
         "encoder that made them (omit it for a vectors-only model)",
     )
-    source.add_argument("--layer", type=int, default=None, help="keep blocks 1..layer")
+    source.add_argument("--layer", type=positive_int, default=None, help="keep blocks 1..layer")
     source.add_argument("--texts", default=None, help=".txt, .jsonl, .parquet, .csv, .tsv")
     source.add_argument("--text-column", default="text", help="column of --texts tables")
     source.add_argument("--vectors", default=None, help="vectors-only model: .npy or .parquet")
     source.add_argument("--column", default="embedding", help="Parquet column of --vectors")
     fit.add_argument("--method", default="none", help="none, truncate, pca, pca:whiten=true, "
                      "pca-abtt, random, adaptor, smec, ...")  # fmt: skip
-    fit.add_argument("--dim", type=int, default=None, help="largest output dimension")
+    fit.add_argument("--dim", type=positive_int, default=None, help="largest output dimension")
     fit.add_argument("--precision", choices=PRECISION_CHOICES, default="float32",
                      help="quantiser to calibrate (float32 and binary need none)")  # fmt: skip
     fit.add_argument("--normalize", action="store_true", help="L2-normalise float outputs")
-    fit.add_argument("--batch-size", type=int, default=64)
+    fit.add_argument("--batch-size", type=positive_int, default=64)
     supervision = fit.add_argument_group("supervision (learned compressors)")
     supervision.add_argument("--pairs", default=None,
                              help="scored pairs: sentence1, sentence2, score")  # fmt: skip
@@ -61,7 +62,7 @@ def add_model_commands(commands: Any) -> None:  # argparse's subparsers action
     encode.add_argument("--input", required=True, help=".txt, .jsonl, .parquet, .csv, .tsv")
     encode.add_argument("--text-column", default="text")
     _output_options(encode)
-    encode.add_argument("--batch-size", type=int, default=None)
+    encode.add_argument("--batch-size", type=positive_int, default=None)
 
     transform = commands.add_parser("transform", help="vectors → compressed vectors or codes")
     transform.add_argument("model", help="model directory (or a saved compressor)")
@@ -78,24 +79,21 @@ def add_model_commands(commands: Any) -> None:  # argparse's subparsers action
     export.add_argument("model", help="model directory, or encoder name / path")
     export.add_argument("--format", default="sentence-transformers",
                         choices=("sentence-transformers", "model2vec"))  # fmt: skip
-    export.add_argument("--layer", type=int, default=None, help="encoder only: keep blocks 1..L")
-    export.add_argument("--dim", type=int, default=None, help="default output width")
+    export.add_argument(
+        "--layer", type=positive_int, default=None, help="encoder only: keep blocks 1..L"
+    )
+    export.add_argument("--dim", type=positive_int, default=None, help="default output width")
     export.add_argument("--out", required=True, help="directory to write")
 
 
 def _output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, help=".npy or .parquet file to write")
-    parser.add_argument("--dim", type=int, default=None, help="output width (default: full)")
+    parser.add_argument(
+        "--dim", type=positive_int, default=None, help="output width (default: full)"
+    )
     parser.add_argument("--precision", choices=PRECISION_CHOICES, default="float32")
     parser.add_argument("--normalize", action="store_true", default=None,
                         help="L2-normalise float vectors")  # fmt: skip
-
-
-def _positive(args: argparse.Namespace, *names: str) -> None:
-    for name in names:
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise DemitasseError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
 
 
 # ---- fit -------------------------------------------------------------------------------------
@@ -105,7 +103,6 @@ def run_fit(args: argparse.Namespace) -> int:
     from demitasse.data import load_embeddings, read_texts
     from demitasse.model import CompressedModel
 
-    _positive(args, "layer", "dim", "batch_size")
     if (args.texts is None) == (args.vectors is None):
         raise DemitasseError("give --texts (with --model) or --vectors, one of the two")
     if args.vectors is not None and args.layer is not None and args.model is None:
@@ -206,7 +203,6 @@ def run_encode(args: argparse.Namespace) -> int:
     from demitasse.data import read_texts
     from demitasse.model import CompressedModel
 
-    _positive(args, "dim", "batch_size")
     model = CompressedModel.load(args.model, cache=False)
     model.bytes_per_vector(args.dim, args.precision)  # bad dim / precision: fail before work
     texts = read_texts(args.input, column=args.text_column, aligned=True)
@@ -220,7 +216,6 @@ def run_transform(args: argparse.Namespace) -> int:
     from demitasse.data import load_embeddings
     from demitasse.model import CompressedModel
 
-    _positive(args, "dim")
     model = CompressedModel.load(args.model, cache=False)
     model.bytes_per_vector(args.dim, args.precision)
     vectors = load_embeddings(args.input, column=args.column)
@@ -256,7 +251,6 @@ def run_export(args: argparse.Namespace) -> int:
     from demitasse.export import export_model, export_sentence_transformer
     from demitasse.model import CompressedModel, is_model_dir
 
-    _positive(args, "layer", "dim")
     if is_model_dir(args.model):
         if args.layer is not None:
             raise DemitasseError("--layer applies to an encoder; a model directory has its cut")

@@ -27,7 +27,7 @@ class CompressorSpec:
     method: str | None  # None: the encoder's own vectors, full width
     params: dict[str, object] = field(default_factory=dict)
 
-    def build(self, input_dim: int, max_dim: int):  # noqa: ANN201
+    def build(self, input_dim: int, max_dim: int | None):  # noqa: ANN201
         params = dict(self.params)
         if params.get("abtt") == "auto":
             # Mu & Viswanath remove about d/100 dominating directions.
@@ -77,8 +77,14 @@ def parse_compressor_specs(text: str) -> list[CompressorSpec]:
             key, sep, value = option.partition("=")
             if not sep or not key:
                 raise DemitasseError(f"compressor option {option!r} must look like key=value")
+            if key == "dim":
+                raise DemitasseError(
+                    f"{item!r}: the width is not a compressor option; use --dim / --dims"
+                )
             params[key] = _parse_value(value)
-        specs.append(CompressorSpec(item, PRESETS[method].method, params))
+        spec = CompressorSpec(item, PRESETS[method].method, params)
+        spec.build(input_dim=100, max_dim=None)  # unknown keys and bad values fail here, now
+        specs.append(spec)
     if not specs:
         raise DemitasseError("no compressor given")
     return specs

@@ -1,0 +1,48 @@
+"""Declared ranges for numeric command-line flags, checked by argparse before any work.
+
+``type=positive_int`` makes ``--batch-size -3`` a one-line usage error (exit code 2) instead of
+a run that fails later, or worse, succeeds with garbage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+
+def _integer(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+def _number(minimum: float, *, inclusive: bool) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        if value < minimum or (value == minimum and not inclusive):
+            relation = ">=" if inclusive else ">"
+            raise argparse.ArgumentTypeError(f"must be a number {relation} {minimum}, got {text}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+positive_int = _integer(1)
+non_negative_int = _integer(0)
+positive_float = _number(0.0, inclusive=False)
+non_negative_float = _number(0.0, inclusive=True)
