@@ -254,7 +254,7 @@ def test_not_fitted(x, tmp_path):
 def test_wrong_number_of_features(x):
     pca = PCA(dim=4).fit(x)
     with pytest.raises(
-        CompressorError, match="23 features but this pca compressor was fitted on 24"
+        CompressorError, match="X has 23 features, but PCA is expecting 24 features as input"
     ):
         pca.transform(x[:, :-1])
 
@@ -488,7 +488,7 @@ def edit_config(path: Path, **changes) -> None:
         (lambda p: edit_config(p, output_dim=7), "components_ has shape"),
         (lambda p: edit_config(p, input_dim=30), "impossible|has shape"),
         (lambda p: edit_config(p, params={"dim": 6, "colour": "red"}), "unknown parameter"),
-        (lambda p: edit_config(p, params={"dim": -6}), "dim must be"),
+        (lambda p: edit_config(p, params={"dim": -6}), "'dim' parameter of PCA must be"),
         (lambda p: edit_config(p, version=99), "newer demitasse"),
         (lambda p: edit_config(p, learned={}), "lacks total_variance_"),
     ],
