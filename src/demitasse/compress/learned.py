@@ -515,6 +515,24 @@ class LearnedCompressor(Compressor):
             shapes[f"network.{key}"] = tuple(value.shape)
         return shapes
 
+    def __getstate__(self) -> dict[str, Any]:
+        """For copies in memory (``copy.deepcopy``, joblib workers): the network's module
+        classes are defined inside functions, which pickle cannot name, so its weights travel
+        instead and ``__setstate__`` rebuilds it (as ``load`` does from state.safetensors)."""
+        state = dict(super().__getstate__())  # object.__getstate__ gives __dict__ itself
+        network = state.get("network_")
+        if network is not None:
+            state["network_"] = {k: v.detach().cpu() for k, v in network.state_dict().items()}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        weights = state.pop("network_", None)
+        super().__setstate__(state)
+        if weights is not None:
+            network = self._build_network()
+            network.load_state_dict(weights)
+            self.network_ = network.eval()
+
     def _load_state(self, arrays: dict[str, np.ndarray]) -> None:
         import torch
 
