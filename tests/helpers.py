@@ -1,4 +1,5 @@
-"""Builders shared by tests: a tiny random sentence-transformers model, fake encoders."""
+"""Builders shared by tests: a tiny random sentence-transformers model, fake encoders,
+synthetic embeddings."""
 
 from __future__ import annotations
 
@@ -96,3 +97,16 @@ class FakeEncoder:
         self.calls.append(len(texts))
         layers = layers or range(1, self.num_layers + 1)
         return {layer: np.stack([self._vector(t, layer) for t in texts]) for layer in layers}
+
+
+def correlated(n: int = 400, d: int = 24, seed: int = 0) -> np.ndarray:
+    """Correlated data with a distinct spectrum and a large common offset, like embeddings."""
+    rng = np.random.default_rng(seed)
+    scales = np.linspace(3.0, 0.2, d)
+    mixing = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    return (rng.standard_normal((n, d)) * scales @ mixing + 5.0).astype(np.float32)
+
+
+def assert_close32(actual: np.ndarray, desired: np.ndarray) -> None:
+    """Equal up to float32 rounding (BLAS may block a sliced or chunked product differently)."""
+    np.testing.assert_allclose(actual, desired, rtol=1e-5, atol=1e-5 * np.abs(desired).max())

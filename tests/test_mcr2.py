@@ -157,9 +157,11 @@ def test_bad_pairs_give_one_line_errors(pairs: object, message: str) -> None:
 
 def test_bad_hyperparameters_and_unknown_supervision() -> None:
     X, _ = _blobs(n_per=10)
-    with pytest.raises(CompressorError, match="n_clusters must be an integer >= 2"):
+    with pytest.raises(
+        CompressorError, match=r"'n_clusters' parameter of MCR2 must be .* \[2, inf\)"
+    ):
         make_compressor("mcr2", n_clusters=1)
-    with pytest.raises(CompressorError, match="eps must be a number > 0"):
+    with pytest.raises(CompressorError, match=r"'eps' parameter of MCR2 must be .* \(0.0, inf\)"):
         make_compressor("mcr2", eps=0)
     with pytest.raises(CompressorError, match="unknown fit argument"):
         _head().fit(X, scores=np.ones(len(X)))

@@ -2,6 +2,8 @@
 
 Anything a user can cause (bad files, bad options, unknown models) raises a subclass of
 :class:`DemitasseError` with a one-line message; the CLI prints it and exits with code 2.
+:class:`DataError` and :class:`CompressorError` are also ``ValueError``s, the type
+scikit-learn (and its estimator checks) expect for bad input to an estimator.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ class DemitasseError(Exception):
     """A problem with the user's input or environment, explained in one line."""
 
 
-class DataError(DemitasseError):
+class DataError(DemitasseError, ValueError):
     """Missing, empty or malformed data files or arrays."""
 
 
@@ -19,7 +21,7 @@ class ModelNotFoundError(DemitasseError):
     """A model name that resolves to nothing loadable."""
 
 
-class CompressorError(DemitasseError):
+class CompressorError(DemitasseError, ValueError):
     """Invalid use of a compressor, or a corrupt saved compressor."""
 
 

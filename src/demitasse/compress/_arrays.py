@@ -10,10 +10,15 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import DTypeLike
+from scipy.sparse import issparse
 
 from demitasse.errors import CompressorError, DataError
 
 DEFAULT_CHUNK_ROWS = 65536
+
+
+class _NotNumbersError(DataError, TypeError):
+    """An object array holding something that is not a number (a TypeError too, as numpy's)."""
 
 
 def one_line(exc: BaseException | str) -> str:
@@ -29,17 +34,33 @@ def is_int(value: Any) -> bool:
 
 def as_matrix(X: Any, name: str = "X") -> np.ndarray:
     """Return ``X`` as a 2-D numeric ndarray without copying ndarrays (memmaps stay memmaps)."""
+    if issparse(X):
+        raise DataError(f"{name} is a sparse matrix; embeddings must be a dense array")
     if not isinstance(X, np.ndarray):
         try:
             X = np.asarray(X)
         except (TypeError, ValueError) as exc:
             raise DataError(f"{name} is not a numeric 2-D array: {one_line(exc)}") from None
     if X.ndim != 2:
-        raise DataError(f"{name} must be a 2-D array [rows, features], got shape {X.shape}")
+        hint = "; Reshape your data with X.reshape(1, -1) if it is one row" if X.ndim == 1 else ""
+        raise DataError(f"{name} must be a 2-D array [rows, features], got shape {X.shape}{hint}")
+    if X.dtype.kind == "c":
+        raise DataError(f"{name} has dtype {X.dtype}: Complex data not supported")
+    if X.dtype.kind == "O":
+        try:  # numbers boxed as Python objects: read them as floats
+            X = X.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise _NotNumbersError(
+                f"{name} holds objects that are not numbers: {one_line(exc)}"
+            ) from None
     if X.dtype.kind not in "fiu":
         raise DataError(f"{name} must hold floats or integers, got dtype {X.dtype}")
     if X.shape[1] == 0:
-        raise DataError(f"{name} has no columns")
+        # Worded as scikit-learn's check_array words it.
+        raise DataError(
+            f"{name} has no columns: 0 feature(s) (shape={X.shape}) while a minimum of 1 is "
+            "required."
+        )
     return X
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 import json
+from numbers import Integral
 from pathlib import Path
 from typing import Any, Self
 
 import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
+from sklearn.utils._param_validation import Interval
 
 from demitasse.compress._arrays import is_int, one_line
 from demitasse.errors import CompressorError
@@ -31,8 +33,25 @@ def demitasse_version() -> str:
         return "0+unknown"
 
 
-class Params:
-    """scikit-learn style hyperparameters: ``__init__`` arguments stored verbatim as attributes."""
+class Integers(Interval):
+    """``Interval(Integral, left, right, closed=closed)`` of scikit-learn's parameter
+    validation, without bools (as :func:`is_int`): ``dim=True`` is a mistake, not 1. For
+    ``_parameter_constraints``."""
+
+    def __init__(self, left: int | None, right: int | None = None, *, closed: str = "left") -> None:
+        super().__init__(Integral, left, right, closed=closed)
+
+    def is_satisfied_by(self, val: Any) -> bool:
+        return not isinstance(val, bool) and super().is_satisfied_by(val)
+
+
+class ParamsMixin:
+    """Hyperparameters are ``__init__`` arguments stored verbatim as attributes (scikit-learn's
+    convention), listed in signature order; shared by compressors and quantisers.
+
+    Subclasses provide ``get_params``/``set_params`` and ``_check_params`` (one-line
+    CompressorError for invalid values); this adds building from a dict and a one-line repr.
+    """
 
     @classmethod
     def _param_names(cls) -> list[str]:
@@ -45,24 +64,9 @@ class Params:
             names.append(p.name)
         return names
 
-    def get_params(self) -> dict[str, Any]:
-        """Hyperparameters, read from the ``__init__`` signature."""
-        return {name: getattr(self, name) for name in self._param_names()}
-
-    def set_params(self, **params: Any) -> Self:
-        """Set hyperparameters (takes effect at the next ``fit``)."""
-        known = self._param_names()
-        for name, value in params.items():
-            if name not in known:
-                raise CompressorError(
-                    f"{self._display_name()} has no parameter {name!r}; "
-                    f"its parameters are: {', '.join(known) or 'none'}"
-                )
-            setattr(self, name, value)
-        return self
-
-    def _validate_params(self) -> None:
-        """Raise CompressorError for invalid hyperparameters; subclasses extend."""
+    def _check_params(self) -> None:
+        """Raise CompressorError for invalid hyperparameters."""
+        raise NotImplementedError
 
     def _display_name(self) -> str:
         return type(self).__name__
@@ -78,21 +82,52 @@ class Params:
                 f"its parameters are: {', '.join(known) or 'none'}"
             )
         obj = cls(**params)
-        obj._validate_params()
+        obj._check_params()
         return obj
 
+    def _unknown_param_error(self, name: str) -> CompressorError:
+        known = self._param_names()
+        return CompressorError(
+            f"{self._display_name()} has no parameter {name!r}; "
+            f"its parameters are: {', '.join(known) or 'none'}"
+        )
+
     def __repr__(self) -> str:
+        """One line, with the parameters that differ from their defaults."""
         defaults = {
             p.name: p.default
             for p in inspect.signature(type(self).__init__).parameters.values()
             if p.default is not p.empty
         }
         shown = [
-            f"{k}={v!r}"
-            for k, v in self.get_params().items()
-            if k not in defaults or not _same(v, defaults[k])
+            f"{name}={getattr(self, name)!r}"
+            for name in self._param_names()
+            if name not in defaults or not _same(getattr(self, name), defaults[name])
         ]
         return f"{type(self).__name__}({', '.join(shown)})"
+
+
+class Params(ParamsMixin):
+    """Hyperparameter plumbing of quantisers (compressors are scikit-learn estimators)."""
+
+    def get_params(self) -> dict[str, Any]:
+        """Hyperparameters, read from the ``__init__`` signature."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params: Any) -> Self:
+        """Set hyperparameters (takes effect at the next ``fit``)."""
+        known = self._param_names()
+        for name, value in params.items():
+            if name not in known:
+                raise self._unknown_param_error(name)
+            setattr(self, name, value)
+        return self
+
+    def _validate_params(self) -> None:
+        """Raise CompressorError for invalid hyperparameters; subclasses extend."""
+
+    def _check_params(self) -> None:
+        self._validate_params()
 
 
 def _same(a: Any, b: Any) -> bool:

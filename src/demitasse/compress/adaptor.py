@@ -4,12 +4,14 @@ whose every prefix keeps the pairwise cosine similarities of the original embedd
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from numbers import Real
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from demitasse.compress._arrays import is_int
+from sklearn.utils._param_validation import Interval
+
+from demitasse.compress._persist import Integers
 from demitasse.compress.base import register_compressor
 from demitasse.compress.learned import LearnedCompressor, halving_dims
-from demitasse.errors import CompressorError
 
 if TYPE_CHECKING:
     import torch
@@ -48,6 +50,13 @@ class MatryoshkaAdaptor(LearnedCompressor):
     """
 
     method: ClassVar[str] = "adaptor"
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        **LearnedCompressor._parameter_constraints,
+        "min_dim": [Integers(1)],
+        "hidden_dim": [Integers(1)],
+        "topk": [Integers(1)],
+        "reconstruction_weight": [Interval(Real, 0, None, closed="left")],
+    }
 
     def __init__(
         self,
@@ -90,18 +99,6 @@ class MatryoshkaAdaptor(LearnedCompressor):
         self.seed = seed
         self.device = device
         self.progress = progress
-
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        for attr in ("min_dim", "hidden_dim", "topk"):
-            value = getattr(self, attr)
-            if not is_int(value) or value < 1:
-                raise CompressorError(f"adaptor: {attr} must be a positive integer, got {value!r}")
-        if (
-            not isinstance(self.reconstruction_weight, int | float)
-            or self.reconstruction_weight < 0
-        ):
-            raise CompressorError("adaptor: reconstruction_weight must be a number >= 0")
 
     @property
     def matryoshka_dims_(self) -> list[int]:

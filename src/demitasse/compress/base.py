@@ -2,8 +2,12 @@
 """The :class:`Compressor` base class, its registry, and ``make_compressor``/``load_compressor``.
 
 Subclasses implement four hooks: ``_fit``, ``_transform_chunk``, ``_state``/``_load_state``
-(plus ``_state_shapes`` so a load can be checked against config.json). The base class does all
-input validation, chunking, dimension handling and (atomic) persistence.
+(plus ``_state_shapes`` so a load can be checked against config.json), and declare their
+hyperparameters' valid values in scikit-learn's ``_parameter_constraints``. The base class does
+all input validation, chunking, dimension handling and (atomic) persistence.
+
+Every compressor is a scikit-learn transformer (``BaseEstimator`` + ``TransformerMixin``): it
+clones, sits in a ``Pipeline`` and is tuned by ``GridSearchCV`` like any other.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 from numpy.typing import DTypeLike
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils import Tags
+from sklearn.utils._param_validation import InvalidParameterError
 
 from demitasse.compress._arrays import (
     DEFAULT_CHUNK_ROWS,
@@ -25,9 +32,11 @@ from demitasse.compress._arrays import (
     check_out,
     is_int,
     iter_row_chunks,
+    one_line,
 )
 from demitasse.compress._persist import (
-    Params,
+    Integers,
+    ParamsMixin,
     check_state_shapes,
     check_version,
     demitasse_version,
@@ -37,6 +46,12 @@ from demitasse.compress._persist import (
 )
 from demitasse.compress._registry import Registry
 from demitasse.errors import CompressorError
+
+
+class _InvalidParameterError(CompressorError, InvalidParameterError):
+    """A hyperparameter outside its ``_parameter_constraints``: a CompressorError for the CLI
+    and for callers, and scikit-learn's InvalidParameterError for scikit-learn."""
+
 
 _REGISTRY: Registry[type[Compressor]] = Registry("compressor", "method")
 register_compressor = _REGISTRY.register
@@ -75,12 +90,17 @@ class AffineMap:
         )
 
 
-class Compressor(Params):
+class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin, BaseEstimator):
     """Maps embeddings [n, D] to float32 [n, k]; ``transform(dim=k)`` is a prefix of the output.
 
     Hyperparameters are ``__init__`` arguments stored verbatim; learned state ends in ``_``:
     ``n_features_in_``, ``output_dim_``, ``fit_data_``, ``n_fit_samples_`` and subclass arrays.
+    Valid hyperparameter values are declared in ``_parameter_constraints`` (scikit-learn's
+    ``Interval``, ``StrOptions``, ``"boolean"``, ...), checked by ``make_compressor``, ``load``
+    and ``fit``.
     """
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {"dim": [Integers(1), None]}
 
     method: ClassVar[str]
     version: ClassVar[int] = 1
@@ -99,12 +119,6 @@ class Compressor(Params):
         self.dim = dim
 
     # ---- hooks -------------------------------------------------------------------------------
-
-    def _validate_params(self) -> None:
-        if self.dim is not None and (not is_int(self.dim) or self.dim < 1):
-            raise CompressorError(
-                f"{self.method}: dim must be a positive integer or None, got {self.dim!r}"
-            )
 
     def _max_output_dim(self, n_features: int) -> int:
         """Largest output dim possible for this input width."""
@@ -141,9 +155,15 @@ class Compressor(Params):
     def is_fitted(self) -> bool:
         return "n_fit_samples_" in self.__dict__
 
-    def fit(self, X: Any, *, fit_data: str | None = None, **supervision: Any) -> Self:
-        """Fit on embeddings ``X`` [n, D] (ndarray or memmap); ``fit_data`` describes them."""
-        self._validate_params()
+    def fit(
+        self, X: Any, y: Any = None, *, fit_data: str | None = None, **supervision: Any
+    ) -> Self:
+        """Fit on embeddings ``X`` [n, D] (ndarray or memmap); ``fit_data`` describes them.
+
+        ``y`` is ignored (it is there for scikit-learn's API): supervision, where a compressor
+        accepts any, goes by keyword (``supervision`` lists the names).
+        """
+        self._check_params()
         unknown = sorted(set(supervision) - set(self.supervision))
         if unknown:
             accepted = ", ".join(self.supervision) or "none"
@@ -155,7 +175,9 @@ class Compressor(Params):
             raise CompressorError(f"fit_data must be a string description, got {fit_data!r}")
         X = as_matrix(X)
         if X.shape[0] < 2:
-            raise CompressorError(f"{self.method} needs at least 2 rows to fit, got {X.shape[0]}")
+            raise CompressorError(
+                f"{self.method} needs at least 2 rows to fit, got n_samples={X.shape[0]}"
+            )
         check_finite(X, DEFAULT_CHUNK_ROWS)
 
         for name in [k for k in self.__dict__ if k.endswith("_") and not k.startswith("_")]:
@@ -203,8 +225,8 @@ class Compressor(Params):
         X = as_matrix(X)
         if X.shape[1] != self.n_features_in_:
             raise CompressorError(
-                f"X has {X.shape[1]} features but this {self.method} compressor was fitted on "
-                f"{self.n_features_in_}"
+                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input (the width it was fitted on)"
             )
         n = X.shape[0]
         out = np.empty((n, k), np.float32) if out is None else check_out(out, (n, k), np.float32)
@@ -222,14 +244,16 @@ class Compressor(Params):
     def fit_transform(
         self,
         X: Any,
-        dim: int | None = None,
+        y: Any = None,
         *,
+        dim: int | None = None,
         fit_data: str | None = None,
         chunk_rows: int = DEFAULT_CHUNK_ROWS,
         out: np.ndarray | None = None,
         **supervision: Any,
     ) -> np.ndarray:
-        """``fit`` then ``transform`` the same data."""
+        """``fit`` then ``transform`` the same data (``y`` is ignored, as in ``fit``; ``dim``
+        goes by keyword, after scikit-learn's ``y``)."""
         self.fit(X, fit_data=fit_data, **supervision)
         return self.transform(X, dim, chunk_rows=chunk_rows, out=out)
 
@@ -245,6 +269,43 @@ class Compressor(Params):
         self._check_fitted("prefix_dims")
         k = self._resolve_dim(dim)
         return list(range(1, k + 1)) if self.matryoshka else [k]
+
+    # ---- scikit-learn ------------------------------------------------------------------------
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Hyperparameters, in ``__init__`` order (as saved in config.json)."""
+        params = super().get_params(deep=deep)
+        ordered = {name: params.pop(name) for name in self._param_names()}
+        return ordered | params
+
+    def set_params(self, **params: Any) -> Self:
+        """Set hyperparameters (checked, and taking effect, at the next ``fit``)."""
+        known = self._param_names()
+        for name in params:
+            if name not in known:
+                raise self._unknown_param_error(name)
+        return super().set_params(**params)
+
+    def _check_params(self) -> None:
+        """Check the hyperparameters against ``_parameter_constraints`` with scikit-learn's
+        ``_validate_params``, failing with a one-line CompressorError."""
+        try:
+            self._validate_params()
+        except InvalidParameterError as exc:
+            raise _InvalidParameterError(one_line(exc)) from None
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return self.is_fitted
+
+    @property
+    def _n_features_out(self) -> int:
+        """Output width, for ``get_feature_names_out`` (AttributeError until fitted)."""
+        return self.output_dim_
+
+    def __sklearn_tags__(self) -> Tags:
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float32"]  # outputs are float32 whatever X is
+        return tags
 
     @property
     def metadata(self) -> dict[str, Any]:

@@ -17,12 +17,15 @@ import copy
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from numbers import Real
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions
 from tqdm.auto import tqdm
 
-from demitasse.compress._arrays import as_matrix, check_finite, cosine_rows, is_int
+from demitasse.compress._arrays import as_matrix, check_finite, cosine_rows
+from demitasse.compress._persist import Integers
 from demitasse.compress.base import Compressor
 from demitasse.compress.pca import PCA
 from demitasse.errors import CompressorError, DataError
@@ -192,6 +195,30 @@ class LearnedCompressor(Compressor):
     )
     #: Rows per mini-batch for the supervised terms.
     supervised_batch_rows: ClassVar[int] = 128
+    #: Hyperparameters of the shared trainer (each subclass takes those it uses). An interval
+    #: open at a right end of None leaves out infinity: ``[0, inf)`` means finite and >= 0.
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        **Compressor._parameter_constraints,
+        "batch_size": [Integers(1)],
+        "max_epochs": [Integers(1)],
+        "patience": [Integers(0)],
+        "seed": [Integers(0)],
+        **{
+            name: [Interval(Real, 0, None, closed="left")]
+            for name in (
+                "learning_rate",
+                "weight_decay",
+                "cosent_weight",
+                "rank_weight",
+                "related_weight",
+                "pairwise_weight",
+            )
+        },
+        "validation_fraction": [Interval(Real, 0, 0.5, closed="neither")],
+        "device": [StrOptions({"auto", "cpu", "cuda"})],
+        "rotate": ["boolean"],
+        "progress": ["boolean"],
+    }
 
     # Subclasses set these hyperparameters in __init__.
     batch_size: int
@@ -208,38 +235,6 @@ class LearnedCompressor(Compressor):
     seed: int
     device: str
     progress: bool
-
-    # ---- validation --------------------------------------------------------------------------
-
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        name = self.method
-        for attr in ("batch_size", "max_epochs", "seed"):
-            value = getattr(self, attr)
-            if not is_int(value) or value < (0 if attr == "seed" else 1):
-                raise CompressorError(f"{name}: {attr} must be a positive integer, got {value!r}")
-        if not is_int(self.patience) or self.patience < 0:
-            raise CompressorError(f"{name}: patience must be >= 0, got {self.patience!r}")
-        for attr in (
-            "learning_rate",
-            "weight_decay",
-            "cosent_weight",
-            "rank_weight",
-            "related_weight",
-            "pairwise_weight",
-        ):
-            value = getattr(self, attr)
-            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-                raise CompressorError(f"{name}: {attr} must be a number >= 0, got {value!r}")
-        if not 0.0 < float(self.validation_fraction) < 0.5:
-            raise CompressorError(
-                f"{name}: validation_fraction must be in (0, 0.5), got {self.validation_fraction!r}"
-            )
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise CompressorError(f"{name}: device must be auto, cpu or cuda, got {self.device!r}")
-        for attr in ("rotate", "progress"):
-            if not isinstance(getattr(self, attr), bool | np.bool_):
-                raise CompressorError(f"{name}: {attr} must be true or false")
 
     # ---- subclass hooks ----------------------------------------------------------------------
 
@@ -519,6 +514,24 @@ class LearnedCompressor(Compressor):
         for key, value in self._build_network().state_dict().items():
             shapes[f"network.{key}"] = tuple(value.shape)
         return shapes
+
+    def __getstate__(self) -> dict[str, Any]:
+        """For copies in memory (``copy.deepcopy``, joblib workers): the network's module
+        classes are defined inside functions, which pickle cannot name, so its weights travel
+        instead and ``__setstate__`` rebuilds it (as ``load`` does from state.safetensors)."""
+        state = dict(super().__getstate__())  # object.__getstate__ gives __dict__ itself
+        network = state.get("network_")
+        if network is not None:
+            state["network_"] = {k: v.detach().cpu() for k, v in network.state_dict().items()}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        weights = state.pop("network_", None)
+        super().__setstate__(state)
+        if weights is not None:
+            network = self._build_network()
+            network.load_state_dict(weights)
+            self.network_ = network.eval()
 
     def _load_state(self, arrays: dict[str, np.ndarray]) -> None:
         import torch

@@ -11,13 +11,15 @@ Memory and fit time grow with the square of the fit rows: fit on thousands, not 
 
 from __future__ import annotations
 
+from numbers import Real
 from typing import Any, ClassVar
 
 import numpy as np
+from sklearn.utils._param_validation import Interval
 
-from demitasse.compress._arrays import is_int
+from demitasse.compress._persist import Integers
 from demitasse.compress.base import Compressor, register_compressor
-from demitasse.errors import CompressorError, DataError
+from demitasse.errors import DataError
 
 MAX_FIT_ROWS = 20000
 
@@ -26,15 +28,12 @@ class _NeighbourCompressor(Compressor):
     """Shared parts: ``n_neighbors`` nearest fit rows (Euclidean) of each new vector."""
 
     compute_dtype: ClassVar[Any] = np.float64
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        **Compressor._parameter_constraints,
+        "n_neighbors": [Integers(2)],
+    }
 
     n_neighbors: int
-
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        if not is_int(self.n_neighbors) or self.n_neighbors < 2:
-            raise CompressorError(
-                f"{self.method}: n_neighbors must be an integer >= 2, got {self.n_neighbors!r}"
-            )
 
     def _max_output_dim(self, n_features: int) -> int:
         return n_features
@@ -134,16 +133,15 @@ class LLE(_NeighbourCompressor):
     """
 
     method: ClassVar[str] = "lle"
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        **_NeighbourCompressor._parameter_constraints,
+        "reg": [Interval(Real, 0, None, closed="neither")],
+    }
 
     def __init__(self, dim: int | None = None, n_neighbors: int = 10, reg: float = 1e-3) -> None:
         self.dim = dim
         self.n_neighbors = n_neighbors
         self.reg = reg
-
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        if not isinstance(self.reg, int | float) or not self.reg > 0:
-            raise CompressorError(f"lle: reg must be a positive number, got {self.reg!r}")
 
     def _fit(self, X: np.ndarray, **supervision: Any) -> None:
         from sklearn.manifold import LocallyLinearEmbedding

@@ -24,15 +24,17 @@ With ``compression_weight=1`` and no stop-gradient on the trunk this is the plai
 
 from __future__ import annotations
 
-import math
+from numbers import Real
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+from sklearn.utils._param_validation import Interval
 
-from demitasse.compress._arrays import DEFAULT_CHUNK_ROWS, as_matrix, check_finite, is_int
+from demitasse.compress._arrays import DEFAULT_CHUNK_ROWS, as_matrix, check_finite
+from demitasse.compress._persist import Integers
 from demitasse.compress.base import register_compressor
 from demitasse.compress.learned import LearnedCompressor
-from demitasse.errors import CompressorError, DataError
+from demitasse.errors import DataError
 
 if TYPE_CHECKING:
     import torch
@@ -114,6 +116,21 @@ class MCR2(LearnedCompressor):
     matryoshka: ClassVar[bool] = False
     supervision: ClassVar[tuple[str, ...]] = ("pairs",)
     scalar_state: ClassVar[tuple[str, ...]] = ("n_pairs_",)
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        **{
+            name: constraint
+            for name, constraint in LearnedCompressor._parameter_constraints.items()
+            if not name.endswith("_weight")  # class attributes here, not hyperparameters
+        },
+        "n_clusters": [Integers(2)],
+        "hidden_dim": [Integers(1)],
+        "eps": [Interval(Real, 0, None, closed="neither")],
+        "gumbel_temperature": [Interval(Real, 0, None, closed="neither")],
+        "similarity_weight": [Interval(Real, 0, None, closed="left")],
+        "input_dropout": [Interval(Real, 0, 1, closed="left")],
+        "compression_weight": [Interval(Real, 0, None, closed="left")],
+        "batch_size": [Integers(4)],  # the coding rates need a few rows per batch
+    }
     # The shared trainer's CoSENT / rank / related-pair terms are not part of this objective.
     cosent_weight: float = 0.0
     rank_weight: float = 0.0
@@ -159,29 +176,6 @@ class MCR2(LearnedCompressor):
         self.seed = seed
         self.device = device
         self.progress = progress
-
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        name = self.method
-        for attr in ("n_clusters", "hidden_dim"):
-            value = getattr(self, attr)
-            if not is_int(value) or value < (2 if attr == "n_clusters" else 1):
-                low = "an integer >= 2" if attr == "n_clusters" else "a positive integer"
-                raise CompressorError(f"{name}: {attr} must be {low}, got {value!r}")
-        for attr in ("eps", "gumbel_temperature"):
-            value = getattr(self, attr)
-            if not _is_number(value) or value <= 0:
-                raise CompressorError(f"{name}: {attr} must be a number > 0, got {value!r}")
-        if not _is_number(self.similarity_weight) or self.similarity_weight < 0:
-            raise CompressorError(
-                f"{name}: similarity_weight must be a number >= 0, got {self.similarity_weight!r}"
-            )
-        if not _is_number(self.input_dropout) or not 0 <= self.input_dropout < 1:
-            raise CompressorError(
-                f"{name}: input_dropout must be in [0, 1), got {self.input_dropout!r}"
-            )
-        if self.batch_size < 4:
-            raise CompressorError(f"{name}: batch_size must be >= 4, got {self.batch_size!r}")
 
     # ---- supervision -------------------------------------------------------------------------
 
@@ -337,11 +331,3 @@ class MCR2(LearnedCompressor):
                 logits = self.network_((chunk - mean) @ rotation)[1]
                 labels[start : start + len(chunk)] = logits.argmax(1).numpy()
         return labels
-
-
-def _is_number(value: Any) -> bool:
-    return (
-        isinstance(value, int | float | np.integer | np.floating)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-    )

@@ -7,7 +7,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from demitasse.compress._arrays import is_int, iter_row_chunks
+from demitasse.compress._arrays import iter_row_chunks
+from demitasse.compress._persist import Integers
 from demitasse.compress.base import AffineMap, Compressor, register_compressor
 from demitasse.errors import CompressorError, DataError
 
@@ -30,18 +31,16 @@ class PCA(Compressor):
 
     method: ClassVar[str] = "pca"
     scalar_state: ClassVar[tuple[str, ...]] = ("total_variance_",)
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        **Compressor._parameter_constraints,
+        "whiten": ["boolean"],
+        "abtt": [Integers(0)],
+    }
 
     def __init__(self, dim: int | None = None, whiten: bool = False, abtt: int = 0) -> None:
         self.dim = dim
         self.whiten = whiten
         self.abtt = abtt
-
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        if not isinstance(self.whiten, bool | np.bool_):
-            raise CompressorError(f"pca: whiten must be true or false, got {self.whiten!r}")
-        if not is_int(self.abtt) or self.abtt < 0:
-            raise CompressorError(f"pca: abtt must be a non-negative integer, got {self.abtt!r}")
 
     def _max_output_dim(self, n_features: int) -> int:
         return n_features - int(self.abtt)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import numpy as np
+from sklearn.utils._param_validation import StrOptions
 
 from demitasse.compress.base import AffineMap, Compressor, register_compressor
 from demitasse.errors import CompressorError
@@ -24,6 +25,11 @@ class Pooler(Compressor):
 
     method: ClassVar[str] = "pooler"
     matryoshka: ClassVar[bool] = False
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        **Compressor._parameter_constraints,
+        "activation": [StrOptions(set(ACTIVATIONS))],
+        "normalize_input": ["boolean"],
+    }
 
     def __init__(
         self, dim: int | None = None, activation: str = "tanh", normalize_input: bool = True
@@ -31,11 +37,6 @@ class Pooler(Compressor):
         self.dim = dim
         self.activation = activation
         self.normalize_input = normalize_input
-
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        if self.activation not in ACTIVATIONS:
-            raise CompressorError(f"pooler: activation must be one of {ACTIVATIONS}")
 
     @classmethod
     def from_head(
@@ -52,7 +53,7 @@ class Pooler(Compressor):
         if weight.ndim != 2 or bias.shape != (weight.shape[0],):
             raise CompressorError("pooler: weight must be [dim, D] and bias [dim]")
         pooler = cls(dim=weight.shape[0], activation=activation, normalize_input=normalize_input)
-        pooler._validate_params()
+        pooler._check_params()
         pooler.n_features_in_ = weight.shape[1]
         pooler.output_dim_ = weight.shape[0]
         pooler.weight_, pooler.bias_ = weight, bias

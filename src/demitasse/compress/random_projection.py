@@ -7,9 +7,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from demitasse.compress._arrays import is_int
+from demitasse.compress._persist import Integers
 from demitasse.compress.base import AffineMap, Compressor, register_compressor
-from demitasse.errors import CompressorError
 
 
 @register_compressor
@@ -23,15 +22,14 @@ class RandomProjection(Compressor):
     """
 
     method: ClassVar[str] = "random"
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        **Compressor._parameter_constraints,
+        "seed": [Integers(0)],
+    }
 
     def __init__(self, dim: int | None = None, seed: int = 0) -> None:
         self.dim = dim
         self.seed = seed
-
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        if not is_int(self.seed) or self.seed < 0:
-            raise CompressorError(f"random: seed must be a non-negative integer, got {self.seed!r}")
 
     def _fit(self, X: np.ndarray, **supervision: Any) -> None:
         rng = np.random.default_rng(int(self.seed))

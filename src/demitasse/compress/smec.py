@@ -47,11 +47,14 @@ query–document relevance, at each stage's width.
 from __future__ import annotations
 
 import itertools
+from numbers import Real
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from demitasse.compress._arrays import as_matrix, check_finite, is_int
+from demitasse.compress._persist import Integers
 from demitasse.compress.base import register_compressor
 from demitasse.compress.learned import LearnedCompressor, halving_dims
 from demitasse.errors import CompressorError
@@ -212,6 +215,24 @@ class SMEC(LearnedCompressor):
 
     method: ClassVar[str] = "smec"
     scalar_state: ClassVar[tuple[str, ...]] = ("stage_dims_",)
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        **LearnedCompressor._parameter_constraints,
+        **{name: [Integers(1)] for name in ("min_dim", "memory_size", "topk", "hidden_dim")},
+        **{
+            name: ["boolean"]
+            for name in (
+                "smrl",
+                "ads",
+                "xbm",
+                "refresh_memory",
+                "nested_stages",
+                "record_gradients",
+            )
+        },
+        "temperature": [Interval(Real, 0, None, closed="neither")],
+        "ads_learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "ads_prior": [StrOptions({"variance", "uniform"})],
+    }
 
     def __init__(
         self,
@@ -272,24 +293,6 @@ class SMEC(LearnedCompressor):
         self.device = device
         self.progress = progress
         self.record_gradients = record_gradients
-
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        for attr in ("min_dim", "memory_size", "topk", "hidden_dim"):
-            value = getattr(self, attr)
-            if not is_int(value) or value < 1:
-                raise CompressorError(f"smec: {attr} must be a positive integer, got {value!r}")
-        for attr in ("smrl", "ads", "xbm", "refresh_memory", "nested_stages", "record_gradients"):
-            if not isinstance(getattr(self, attr), bool | np.bool_):
-                raise CompressorError(f"smec: {attr} must be true or false")
-        for attr in ("temperature", "ads_learning_rate"):
-            value = getattr(self, attr)
-            if not isinstance(value, int | float) or not value > 0:
-                raise CompressorError(f"smec: {attr} must be a positive number, got {value!r}")
-        if self.ads_prior not in ("variance", "uniform"):
-            raise CompressorError(
-                f"smec: ads_prior must be variance or uniform, got {self.ads_prior!r}"
-            )
 
     def _initial_output_dim(self, n_features: int) -> int:
         if self.dim is None:
