@@ -244,7 +244,10 @@ def _warn_in_one_line(
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; user mistakes and interruptions end in one line, never a traceback."""
     try:
-        args = build_parser().parse_args(argv)
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:  # --help (0) or a usage error (2), already printed
+            return exc.code if isinstance(exc.code, int) else 2
         with warnings.catch_warnings():
             warnings.showwarning = _warn_in_one_line
             return _dispatch(args)
