@@ -92,6 +92,13 @@ class TransformerEncoder:
             raise DemitasseError(f"cannot load model from {resolved.path}: {exc}") from None
         self.sentence_transformer = model
         modules = list(model)
+        foreign = [type(m).__name__ for m in modules if type(m).__name__ == "CompressorModule"]
+        if foreign:
+            raise DemitasseError(
+                f"{resolved.path} is a demitasse export with a learned compressor; load it with "
+                "SentenceTransformer(path, trust_remote_code=True), or give demitasse the model "
+                "directory it was exported from"
+            )
         self._transformer = modules[0]
         self.tokenizer = self._transformer.tokenizer
         self.model = self._transformer.auto_model.eval()
