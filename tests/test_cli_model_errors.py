@@ -69,7 +69,7 @@ def test_damaged_model_directories(
         damage(broken)
         _fails(capsys, ["encode", str(broken), "--input", texts, "--output", str(out)], needle)
     _fails(capsys, ["encode", str(tmp_path / "nothing"), "--input", texts, "--output",
-                    str(out)], "no model directory")  # fmt: skip
+                    str(out)], "no saved model")  # fmt: skip
     assert not out.exists()
 
 

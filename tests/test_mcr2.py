@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -52,13 +51,8 @@ def _head(**params: object) -> MCR2:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    # Tiny matrices gain nothing from threads, and on a busy machine spinning threads of
-    # several processes made these fits 20x slower.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_torch_thread: None) -> None:
+    """Every test here runs on one torch thread."""
 
 
 @pytest.fixture(scope="module")

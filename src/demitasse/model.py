@@ -36,7 +36,7 @@ from demitasse.compress import (
     make_compressor,
     make_quantizer,
 )
-from demitasse.compress._persist import CONFIG_FILE, demitasse_version
+from demitasse.compress._persist import CONFIG_FILE, demitasse_version, read_config
 from demitasse.data import check_texts
 from demitasse.encoders.base import Encoder
 from demitasse.errors import CompressorError, DataError, DemitasseError
@@ -523,18 +523,7 @@ def _model_from_config(
 
 
 def _read_config(path: Path) -> dict[str, Any]:
-    if not path.is_dir():
-        raise CompressorError(f"no model directory at {path}")
-    config_path = path / CONFIG_FILE
-    if not config_path.is_file():
-        raise CompressorError(f"{path} has no {CONFIG_FILE}; it is not a demitasse model")
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: {exc}") from None
-    if not isinstance(config, dict):
-        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: expected a JSON object")
-    return config
+    return read_config(path, "model")
 
 
 def _source_of(encoder: str | Path) -> str:

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator
 from functools import cache
 
 import numpy as np
 import pytest
-import torch
 from sklearn.base import clone
 from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
@@ -50,12 +48,8 @@ FAST = {"hidden_dim": 8, "batch_size": 16, "max_epochs": 2, "device": "cpu", "pr
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    # Tiny matrices gain nothing from threads, and a busy machine makes them much slower.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_torch_thread: None) -> None:
+    """Every test here runs on one torch thread."""
 
 
 # ---- scikit-learn's estimator checks ---------------------------------------------------------

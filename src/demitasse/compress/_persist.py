@@ -20,7 +20,7 @@ from sklearn.utils._param_validation import Interval
 
 from demitasse.compress._arrays import is_int, one_line
 from demitasse.errors import CompressorError
-from demitasse.io import atomic_directory
+from demitasse.io import atomic_directory, read_json
 
 CONFIG_FILE = "config.json"
 STATE_FILE = "state.safetensors"
@@ -175,8 +175,9 @@ def write_saved(
             (tmp / name).write_text(content, encoding="utf-8")
 
 
-def read_saved(path: str | Path, what: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Read a saved directory, raising a one-line CompressorError for anything wrong."""
+def read_config(path: str | Path, what: str) -> dict[str, Any]:
+    """``path/config.json`` of a saved ``what``, parsed strictly (no NaN, no integer too large
+    for a float, no nesting deep enough to crash), or a one-line CompressorError."""
     path = Path(path)
     if not path.exists():
         raise CompressorError(f"no saved {what} at {path}")
@@ -186,11 +187,18 @@ def read_saved(path: str | Path, what: str) -> tuple[dict[str, Any], dict[str, n
     if not config_path.is_file():
         raise CompressorError(f"{path} has no {CONFIG_FILE}; it is not a saved {what}")
     try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        config = read_json(config_path)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CompressorError(f"invalid {CONFIG_FILE} in {path}: {one_line(exc)}") from None
     if not isinstance(config, dict):
         raise CompressorError(f"invalid {CONFIG_FILE} in {path}: expected a JSON object")
+    return config
+
+
+def read_saved(path: str | Path, what: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Read a saved directory, raising a one-line CompressorError for anything wrong."""
+    path = Path(path)
+    config = read_config(path, what)
     state_path = path / STATE_FILE
     if not state_path.is_file():
         raise CompressorError(f"{path} has no {STATE_FILE}; the save is incomplete")
