@@ -7,9 +7,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from demitasse.cli.specs import parse_compressor_specs
 from demitasse.data import STSB_FIT_DATA, stsb_fit_sentences
 from demitasse.encoders import TransformerEncoder, load_encoder
-from demitasse.evaluation import ResultRecord, Task, evaluate_grid, parse_compressor_specs
+from demitasse.evaluation import ResultRecord, Task, evaluate_grid
 
 
 def run_posthoc_grid(

@@ -28,6 +28,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from demitasse.cli.specs import parse_compressor_specs
 from demitasse.compress import Compressor, make_compressor
 from demitasse.data import load_sts_suite, load_stsb, resolve_data_dir
 from demitasse.data.beir import load_beir
@@ -35,7 +36,6 @@ from demitasse.encoders import load_encoder
 from demitasse.evaluation import (
     ResultRecord,
     evaluate_grid,
-    parse_compressor_specs,
     read_records,
     write_records,
 )

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from demitasse.cli.specs import parse_compressor_specs
 from demitasse.data import ScoredPairs, load_sts_suite, load_stsb
 from demitasse.encoders import load_encoder
 from demitasse.encoders.resolve import cache_root
@@ -37,7 +38,6 @@ from demitasse.evaluation import (
     STSTask,
     evaluate_grid,
     machine_description,
-    parse_compressor_specs,
     write_records,
 )
 from demitasse.report import markdown_table

@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from demitasse import CompressedModel
+from demitasse.cli.specs import parse_compressor_specs
 from demitasse.data import STSB_FIT_DATA, stsb_fit_sentences
 from demitasse.encoders import load_encoder
 from demitasse.evaluation import (
@@ -34,7 +35,6 @@ from demitasse.evaluation import (
     evaluate_grid,
     evaluate_model,
     machine_description,
-    parse_compressor_specs,
     write_records,
 )
 from demitasse.export import export_model

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from demitasse.cli.specs import parse_compressor_specs
 from demitasse.data import load_stsb, resolve_data_dir
 from demitasse.encoders import TransformerEncoder, cache_root, load_encoder, resolve_model
 from demitasse.evaluation import (
@@ -31,7 +32,6 @@ from demitasse.evaluation import (
     evaluate_grid,
     machine_description,
     measure_encode_throughput,
-    parse_compressor_specs,
     spearman_x100,
     write_records,
 )

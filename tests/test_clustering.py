@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from demitasse.cli.specs import parse_compressor_specs
 from demitasse.compress import make_quantizer
 from demitasse.errors import DataError
 from demitasse.evaluation.clustering import (
@@ -17,7 +18,7 @@ from demitasse.evaluation.clustering import (
     labeled_texts,
     load_trec_clustering,
 )
-from demitasse.evaluation.grid import evaluate_grid, parse_compressor_specs
+from demitasse.evaluation.grid import evaluate_grid
 from demitasse.evaluation.tasks import EmbeddedTexts
 from tests.helpers import FakeEncoder
 

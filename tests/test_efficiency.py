@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from demitasse.cli.specs import parse_compressor_specs
 from demitasse.compress import make_compressor, make_quantizer
 from demitasse.encoders import load_encoder
 from demitasse.errors import DataError, DemitasseError
@@ -20,7 +21,7 @@ from demitasse.evaluation.efficiency import (
     time_interleaved,
     time_runs,
 )
-from demitasse.evaluation.grid import evaluate_grid, parse_compressor_specs
+from demitasse.evaluation.grid import evaluate_grid
 from demitasse.evaluation.tasks import EmbeddedTexts
 from tests.helpers import FakeEncoder, build_tiny_model
 

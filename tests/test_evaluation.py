@@ -8,13 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from demitasse.cli.specs import parse_compressor_specs, parse_int_list, parse_precisions
 from demitasse.data import ScoredPairs
 from demitasse.errors import DataError, DemitasseError
 from demitasse.evaluation.grid import (
     evaluate_grid,
-    parse_compressor_specs,
-    parse_int_list,
-    parse_precisions,
 )
 from demitasse.evaluation.records import (
     ResultRecord,

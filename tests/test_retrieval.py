@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from demitasse.cli.specs import parse_compressor_specs
 from demitasse.compress import make_quantizer
 from demitasse.data.beir import BeirDataset, load_beir
 from demitasse.errors import DataError
-from demitasse.evaluation.grid import evaluate_grid, parse_compressor_specs
+from demitasse.evaluation.grid import evaluate_grid
 from demitasse.evaluation.ranking_metrics import (
     evaluate_run,
     ndcg_at_k,

@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from demitasse.cli.specs import parse_compressor_specs
 from demitasse.compress import make_quantizer
 from demitasse.data.parallel import ParallelTexts, load_multi30k, load_parallel
 from demitasse.errors import DataError
-from demitasse.evaluation.grid import evaluate_grid, parse_compressor_specs
+from demitasse.evaluation.grid import evaluate_grid
 from demitasse.evaluation.tasks import EmbeddedTexts
 from demitasse.evaluation.translation import TranslationTask, translation_accuracy
 from tests.helpers import FakeEncoder

@@ -316,8 +316,8 @@ def _run_distill_static(args: argparse.Namespace) -> int:
 
 
 def _run_train(args: argparse.Namespace) -> int:
+    from demitasse.cli.specs import parse_int_list
     from demitasse.data import load_stsb
-    from demitasse.evaluation.grid import parse_int_list
     from demitasse.training import SentenceModel, TrainingConfig, fine_tune
     from demitasse.training.espresso import own_learning_rate
     from demitasse.training.recipes import (
@@ -391,7 +391,7 @@ def _fit_texts(spec: str, data_dir: str | None) -> list[str]:
 
 def _parse_layers(text: str) -> list[int] | None:
     """Layers to evaluate; ``None`` means all, ``[]`` the last one."""
-    from demitasse.evaluation.grid import parse_int_list
+    from demitasse.cli.specs import parse_int_list
 
     if text == "all":
         return None
@@ -415,13 +415,11 @@ def _evaluate_and_report(
     limit: int | None,
     batch_size: int,
 ) -> Path:
+    from demitasse.cli.specs import parse_compressor_specs, parse_int_list, parse_precisions
     from demitasse.data import STSB_FIT_DATA
     from demitasse.encoders import DEFAULT_MODEL, load_encoder
     from demitasse.evaluation.grid import (
         evaluate_grid,
-        parse_compressor_specs,
-        parse_int_list,
-        parse_precisions,
     )
     from demitasse.evaluation.suites import build_tasks, parse_task_names
 
@@ -491,7 +489,8 @@ def _earlier_results(path: Path) -> bool:
 
 def _evaluate_model_dir(args: argparse.Namespace) -> None:
     """``eval --model DIR``: score exactly the fitted model saved in DIR."""
-    from demitasse.evaluation.grid import evaluate_model, parse_int_list, parse_precisions
+    from demitasse.cli.specs import parse_int_list, parse_precisions
+    from demitasse.evaluation.grid import evaluate_model
     from demitasse.evaluation.suites import build_tasks, parse_task_names
     from demitasse.model import CompressedModel
 

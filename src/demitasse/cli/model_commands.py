@@ -140,7 +140,7 @@ def run_fit(args: argparse.Namespace) -> int:
 
 
 def _build_compressor(method: str, dim: int | None, input_dim: int) -> Any:
-    from demitasse.evaluation.grid import parse_compressor_specs
+    from demitasse.cli.specs import parse_compressor_specs
 
     specs = parse_compressor_specs(method)
     if len(specs) != 1:

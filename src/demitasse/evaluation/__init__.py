@@ -12,7 +12,6 @@ from demitasse.evaluation.grid import (
     evaluate_grid,
     evaluate_model,
     evaluate_vectors,
-    parse_compressor_specs,
     score_embedded,
 )
 from demitasse.evaluation.ranking_metrics import evaluate_run
@@ -55,7 +54,6 @@ __all__ = [
     "mean_over_seeds",
     "measure_encode_throughput",
     "measure_transform_throughput",
-    "parse_compressor_specs",
     "read_records",
     "score_embedded",
     "spearman_x100",
