@@ -673,7 +673,12 @@ def test_checkpoint_restores_each_update_parts_moments(tiny_model: Path, tmp_pat
             parameter.grad = torch.full_like(parameter, float(part + 1))
         optimiser.step()
     checkpoint = _Checkpoint(tmp_path / "checkpoint")
-    checkpoint.save(model, objective, optimisers, {"step": 1})
+    checkpoint.save(
+        model,
+        objective,
+        optimisers,
+        {"step": 1, "best": None, "stale": 0, "history": [], "seconds": 0.0},
+    )
     restored = [torch.optim.AdamW(params), torch.optim.AdamW(params)]
     checkpoint.load(model, objective, restored)
     for before, after in zip(optimisers, restored, strict=True):

@@ -27,3 +27,9 @@ class CompressorError(DemitasseError, ValueError):
 
 class ExportError(DemitasseError):
     """A model, compressor or quantizer that cannot be exported as asked."""
+
+
+def one_line(exc: BaseException | str) -> str:
+    """First line of an exception's message, so user-facing errors stay one line."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -12,19 +12,13 @@ import numpy as np
 from numpy.typing import DTypeLike
 from scipy.sparse import issparse
 
-from demitasse.errors import CompressorError, DataError
+from demitasse.errors import CompressorError, DataError, one_line
 
 DEFAULT_CHUNK_ROWS = 65536
 
 
 class _NotNumbersError(DataError, TypeError):
     """An object array holding something that is not a number (a TypeError too, as numpy's)."""
-
-
-def one_line(exc: BaseException | str) -> str:
-    """First line of an exception's message, so user-facing errors stay one line."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def is_int(value: Any) -> bool:
@@ -79,19 +73,43 @@ def iter_row_chunks(
         yield start, (np.asarray(chunk) if dtype is None else np.asarray(chunk, dtype=dtype))
 
 
-def check_finite_chunk(chunk: np.ndarray, first_row: int, name: str = "X") -> None:
-    """Raise DataError naming the first row of ``chunk`` that holds NaN or inf."""
+#: Larger magnitudes overflow to inf once cast to float32 (and squares overflow float64).
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def check_finite_chunk(
+    chunk: np.ndarray, first_row: int, name: str = "X", error: type[Exception] = DataError
+) -> None:
+    """Raise ``error`` naming the first row of ``chunk`` that holds NaN, inf, or a number too
+    large for float32."""
     if chunk.dtype.kind != "f":
         return
     finite = np.isfinite(chunk)
-    if finite.all():
-        return
-    bad = int(np.argmin(finite.all(axis=1)))
-    raise DataError(f"{name} row {first_row + bad} contains NaN or inf")
+    if not finite.all():
+        bad = int(np.argmin(finite.all(axis=1)))
+        raise error(f"{name} row {first_row + bad} contains NaN or inf")
+    if chunk.dtype.itemsize > 4:
+        large = np.abs(chunk) > FLOAT32_MAX
+        if large.any():
+            bad = int(np.argmax(large.any(axis=1)))
+            raise error(
+                f"{name} row {first_row + bad} holds a value too large for float32 "
+                f"(|x| > {FLOAT32_MAX:.3g})"
+            )
+
+
+def non_finite_array(arrays: dict[str, np.ndarray]) -> str | None:
+    """The name of the first float array holding NaN or inf, or None."""
+    for name, array in arrays.items():
+        values = np.asarray(array)
+        if values.dtype.kind == "f" and not np.isfinite(values).all():
+            return name
+    return None
 
 
 def check_finite(X: np.ndarray, chunk_rows: int = DEFAULT_CHUNK_ROWS, name: str = "X") -> None:
-    """Check a whole (possibly memory-mapped) matrix for NaN/inf in bounded memory."""
+    """Check a whole (possibly memory-mapped) matrix for NaN/inf (and numbers too large for
+    float32) in bounded memory."""
     if X.dtype.kind != "f":
         return
     for start, chunk in iter_row_chunks(X, chunk_rows):

@@ -18,8 +18,8 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 from sklearn.utils._param_validation import Interval
 
-from demitasse.compress._arrays import is_int, one_line
-from demitasse.errors import CompressorError
+from demitasse.compress._arrays import is_int, non_finite_array
+from demitasse.errors import CompressorError, one_line
 from demitasse.io import atomic_directory, read_json
 
 CONFIG_FILE = "config.json"
@@ -167,6 +167,9 @@ def write_saved(
         raise CompressorError(
             f"cannot save to {path}: config is not JSON: {one_line(exc)}"
         ) from None
+    bad = non_finite_array(arrays)
+    if bad is not None:
+        raise CompressorError(f"cannot save to {path}: {bad} holds NaN or inf")
     tensors = {name: np.ascontiguousarray(a) for name, a in arrays.items()}
     with atomic_directory(path, kind=kind, recognise=earlier_save) as tmp:
         (tmp / CONFIG_FILE).write_text(text + "\n", encoding="utf-8")
@@ -207,6 +210,9 @@ def read_saved(path: str | Path, what: str) -> tuple[dict[str, Any], dict[str, n
         arrays = {k: np.array(v) for k, v in load_file(str(state_path)).items()}
     except (SafetensorError, OSError, ValueError) as exc:
         raise CompressorError(f"corrupt {STATE_FILE} in {path}: {one_line(exc)}") from None
+    bad = non_finite_array(arrays)
+    if bad is not None:
+        raise CompressorError(f"corrupt {STATE_FILE} in {path}: {bad} holds NaN or inf")
     return config, arrays
 
 

@@ -32,6 +32,7 @@ from demitasse.compress._arrays import (
     check_out,
     is_int,
     iter_row_chunks,
+    non_finite_array,
     one_line,
 )
 from demitasse.compress._persist import (
@@ -186,6 +187,14 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
         self.n_features_in_ = n_features
         self.output_dim_ = self._initial_output_dim(n_features)
         self._fit(X, **supervision)
+        bad = non_finite_array(self._state())
+        if bad is not None:
+            for name in [k for k in self.__dict__ if k.endswith("_") and not k.startswith("_")]:
+                del self.__dict__[name]
+            raise CompressorError(
+                f"fitting this {self.method} compressor gave NaN or inf in {bad}; the data may "
+                "be degenerate (constant, duplicated or extreme values)"
+            )
         self.fit_data_ = fit_data
         self.n_fit_samples_ = int(X.shape[0])
         return self
@@ -233,6 +242,7 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
         for start, chunk in iter_row_chunks(X, chunk_rows, self.compute_dtype):
             check_finite_chunk(chunk, start)
             result = self._transform_chunk(chunk, k)
+            check_finite_chunk(result, start, "the output", error=CompressorError)
             if result.shape != (chunk.shape[0], k):
                 raise RuntimeError(
                     f"{type(self).__name__}._transform_chunk returned shape {result.shape}, "

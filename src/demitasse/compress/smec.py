@@ -68,6 +68,8 @@ _PRIOR_SCALE = 2.0
 
 
 def _standardised(values: torch.Tensor) -> torch.Tensor:
+    if values.numel() < 2:  # one input dimension: nothing to rank (and std() would be NaN)
+        return values * 0.0
     return (values - values.mean()) / values.std().clamp_min(1e-6)
 
 

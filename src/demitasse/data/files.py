@@ -38,7 +38,9 @@ def _score(value: Any, path: Path, where: str, column: str) -> float:
 def _sentence(value: Any, path: Path, where: str, column: str) -> str:
     if value is None:
         raise DataError(f"{path}: {where}: {column!r} is missing")
-    return value if isinstance(value, str) else str(value)
+    if not isinstance(value, str):  # an object, a list or bytes is no sentence
+        raise DataError(f"{path}: {where}: {column!r} is a {type(value).__name__}, not text")
+    return value
 
 
 def load_scored_pairs(
@@ -87,12 +89,12 @@ def read_texts(
         )
     texts: list[str] = []
     for row, value in enumerate(values):
-        if aligned and not isinstance(value, str):
+        if value is None and not aligned:
+            continue
+        if not isinstance(value, str):  # an object, a list or bytes is no text
             kind = "missing" if value is None else f"a {type(value).__name__}, not a string"
             raise DataError(f"{path}: row {row + 1}: the text is {kind}")
-        if value is None:
-            continue
-        text = (value if isinstance(value, str) else str(value)).strip()
+        text = value.strip()
         if text or aligned:
             texts.append(text)
             if limit is not None and len(texts) >= limit:

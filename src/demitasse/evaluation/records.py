@@ -7,13 +7,13 @@ import math
 import os
 import platform
 import sys
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from demitasse.errors import DataError
-from demitasse.io import atomic_write_json
+from demitasse.errors import DataError, one_line
+from demitasse.io import atomic_write_json, read_json
 
 
 @dataclass
@@ -33,22 +33,67 @@ class ResultRecord:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The record as strict JSON values: an undefined score (NaN, e.g. the Spearman
+        correlation of constant gold scores) is ``null``, with the reason in ``extra``."""
         record = asdict(self)
+        if not math.isfinite(self.score):
+            record["score"] = None
+            record["extra"] = {"undefined": UNDEFINED_SCORE, **record["extra"]}
         if not record["extra"]:
             del record["extra"]
         return record
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ResultRecord:
-        names = {f.name for f in fields(cls)}
+    def from_dict(cls, data: Any) -> ResultRecord:
+        """A record from its JSON object, checking every field's type (one-line DataError)."""
+        if not isinstance(data, dict):
+            raise DataError(f"a result record must be a JSON object, got {_shown(data)}")
         missing = {"model", "method", "dim", "task", "dataset", "metric", "score"} - set(data)
         if missing:
-            raise DataError(f"result record lacks {', '.join(sorted(missing))}: {data}")
-        known = {k: v for k, v in data.items() if k in names}
+            raise DataError(f"result record lacks {', '.join(sorted(missing))}: {_shown(data)}")
+        known = {k: v for k, v in data.items() if k in _FIELD_TYPES}
         known.setdefault("layer", None)
         known.setdefault("precision", "float32")
         known.setdefault("machine", "")
+        for name, value in known.items():
+            if not _FIELD_TYPES[name](value):
+                raise DataError(f"result record field {name!r} is {_shown(value)}: {_shown(data)}")
+        if known["score"] is None:
+            known["score"] = math.nan
         return cls(**known)
+
+
+UNDEFINED_SCORE = "the metric is undefined for these inputs (e.g. constant gold scores)"
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+_FIELD_TYPES: dict[str, Any] = {
+    "model": lambda v: isinstance(v, str),
+    "layer": lambda v: v is None or _count(v),
+    "method": lambda v: isinstance(v, str),
+    "dim": lambda v: _count(v) and v >= 1,
+    "precision": lambda v: isinstance(v, str),
+    "task": lambda v: isinstance(v, str),
+    "dataset": lambda v: isinstance(v, str),
+    "metric": lambda v: isinstance(v, str),
+    "score": lambda v: v is None or _number(v),
+    "bytes_per_vector": lambda v: v is None or _count(v),
+    "fit_data": lambda v: v is None or isinstance(v, str),
+    "machine": lambda v: isinstance(v, str),
+    "extra": lambda v: isinstance(v, dict),
+}
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def mean_over_seeds(records: list[ResultRecord]) -> list[ResultRecord]:
@@ -120,9 +165,15 @@ def read_records(path: str | Path) -> list[ResultRecord]:
     if not path.is_file():
         raise DataError(f"no results file at {path}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path} is not valid JSON ({exc})") from None
+        data = read_json(path)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise DataError(f"{path} is not valid JSON ({one_line(exc)})") from None
     if not isinstance(data, list):
         raise DataError(f"{path} must hold a JSON list of result records")
-    return [ResultRecord.from_dict(item) for item in data]
+    records = []
+    for index, item in enumerate(data):
+        try:
+            records.append(ResultRecord.from_dict(item))
+        except DataError as exc:
+            raise DataError(f"{path}: record {index}: {exc}") from None
+    return records

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from demitasse.errors import DemitasseError
+from demitasse.errors import DataError, DemitasseError
 from demitasse.evaluation.tasks import STSTask, Task
 
 TASK_NAMES = ("sts", "classification", "retrieval", "clustering", "translation", "efficiency")
@@ -44,8 +44,15 @@ def build_tasks(
         if name == "sts":
             wanted = STS_SUITE if sts_datasets == "all" else sts_datasets.split(",")
             suite = {}
+            source: dict[str, str] = {}
             for item in (w.strip() for w in wanted if w.strip()):
                 pairs = load_scored_pairs(item) if Path(item).suffix else load_sts(item, root)
+                if pairs.name in suite:
+                    raise DataError(
+                        f"two STS data sets are both named {pairs.name!r} ({source[pairs.name]} "
+                        f"and {item}); rename one of the files"
+                    )
+                source[pairs.name] = item
                 suite[pairs.name] = pairs.head(limit) if limit else pairs
             tasks.append(STSTask(suite))
         elif name == "classification":

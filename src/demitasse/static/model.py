@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from demitasse.compress._arrays import one_line
 from demitasse.compress._persist import (
     CONFIG_FILE,
     check_version,
@@ -27,7 +26,7 @@ from demitasse.compress._persist import (
     write_saved,
 )
 from demitasse.data.files import check_texts
-from demitasse.errors import DemitasseError
+from demitasse.errors import DemitasseError, one_line
 
 METHOD = "static"
 FORMAT_VERSION = 1

@@ -20,7 +20,6 @@ skips the batches already done; dropout noise after the resume differs.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,9 +34,9 @@ from tqdm.auto import tqdm
 from demitasse.data.nli import NLI_LABELS, NLIPairs, Triples
 from demitasse.data.overlap import UnorderedPair, held_out_mask
 from demitasse.data.pairs import ScoredPairs
-from demitasse.errors import DataError, DemitasseError
+from demitasse.errors import DataError, DemitasseError, one_line
 from demitasse.evaluation.sts import spearman_x100
-from demitasse.io import atomic_directory, atomic_write_json
+from demitasse.io import atomic_directory, atomic_write_json, read_json, strict_json
 from demitasse.training.losses import ModelLoss, PairBatch
 from demitasse.training.model import SentenceModel
 
@@ -283,7 +282,7 @@ class _Checkpoint:
                         key = f"{_part_prefix(part)}{index}.{name}"
                         moments[key] = torch.as_tensor(value).contiguous()
             save_file(moments, str(tmp / "optimizer.safetensors"))
-            (tmp / "state.json").write_text(json.dumps(state, indent=1), encoding="utf-8")
+            (tmp / "state.json").write_text(strict_json(state, indent=1), encoding="utf-8")
 
     def load(
         self,
@@ -291,23 +290,42 @@ class _Checkpoint:
         objective: ModelLoss,
         optimisers: Sequence[torch.optim.Optimizer],
     ) -> dict[str, Any]:
+        state = self.read_state()
         try:
-            state = json.loads((self.directory / "state.json").read_text(encoding="utf-8"))
             load_model(model.backbone, str(self.directory / "backbone.safetensors"))
             objective.load_state_dict(load_file(str(self.directory / "loss.safetensors")))
             moments = load_file(str(self.directory / "optimizer.safetensors"))
-        except Exception as exc:
-            raise DemitasseError(f"cannot resume from {self.directory}: {exc}") from None
-        per_part: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
-        for key, value in moments.items():
-            prefix, _, moment = key.rpartition(":")
-            index, name = moment.split(".", 1)
-            per_param = per_part.setdefault(prefix and prefix + ":", {})
-            per_param.setdefault(int(index), {})[name] = value.to(model.device)
-        for part, optimiser in enumerate(optimisers):
-            saved = optimiser.state_dict()
-            saved["state"] = per_part.get(_part_prefix(part), {})
-            optimiser.load_state_dict(saved)
+            per_part: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
+            for key, value in moments.items():
+                prefix, _, moment = key.rpartition(":")
+                index, name = moment.split(".", 1)
+                per_param = per_part.setdefault(prefix and prefix + ":", {})
+                per_param.setdefault(int(index), {})[name] = value.to(model.device)
+            for part, optimiser in enumerate(optimisers):
+                saved = optimiser.state_dict()
+                saved["state"] = per_part.get(_part_prefix(part), {})
+                optimiser.load_state_dict(saved)
+        except Exception as exc:  # any damage to the saved files: say so in one line
+            raise DemitasseError(f"cannot resume from {self.directory}: {one_line(exc)}") from None
+        return state
+
+    def read_state(self) -> dict[str, Any]:
+        """The checkpoint's state.json, checked field by field (one-line DemitasseError)."""
+        path = self.directory / "state.json"
+        try:
+            state = read_json(path)
+        except (OSError, ValueError, RecursionError) as exc:
+            raise DemitasseError(f"corrupt checkpoint {path}: {one_line(exc)}") from None
+        expected = {"step": int, "history": list, "stale": int, "seconds": int | float}
+        if not isinstance(state, dict) or any(
+            not isinstance(state.get(key), kind) or isinstance(state.get(key), bool)
+            for key, kind in expected.items()
+        ):
+            raise DemitasseError(
+                f"corrupt checkpoint {path}: expected an object with {', '.join(expected)}"
+            )
+        if not (state.get("best") is None or isinstance(state["best"], int | float)):
+            raise DemitasseError(f"corrupt checkpoint {path}: 'best' is not a number")
         return state
 
 
@@ -386,7 +404,7 @@ def fine_tune(
     state: dict[str, Any] = {"step": 0, "best": None, "stale": 0, "history": [], "seconds": 0.0}
     checkpoint = _Checkpoint(output_dir / "checkpoint")
     if checkpoint.exists():
-        saved = json.loads((checkpoint.directory / "state.json").read_text(encoding="utf-8"))
+        saved = checkpoint.read_state()
         if not _same_run(saved.get("signature"), signature, objective.default_settings()):
             raise DemitasseError(
                 f"{checkpoint.directory} belongs to a run with other settings; "
