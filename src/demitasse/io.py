@@ -9,7 +9,7 @@ Every file and folder demitasse writes goes through here:
   folder or a complete earlier demitasse output of the same kind: such outputs carry a marker
   file written last (:data:`MARKER`). Anything else under that name is refused with one line,
   and nothing is touched.
-- The swap (old aside, new in, old deleted) runs with SIGINT, SIGTERM and SIGHUP held back, so
+- The swap (old aside, new in, old deleted) runs with SIGINT, SIGTERM and SIGHUP deferred, so
   an interruption takes effect before the swap (the old output stays) or after it (the new one
   is complete). :func:`handle_termination` makes SIGTERM and SIGHUP interrupt like Ctrl-C, so
   temporary files are removed on every one of them.
@@ -28,6 +28,7 @@ import shutil
 import signal
 import stat
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from demitasse.errors import DemitasseError
 
 #: Written last into every folder output: ``{"kind": ..., "complete": true}``.
 MARKER = ".demitasse-output.json"
-_HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -59,12 +60,29 @@ def handle_termination() -> None:
 
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
-    """Hold SIGINT, SIGTERM and SIGHUP back for the block; they are delivered after it."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    """Defer SIGINT, SIGTERM and SIGHUP until the block is done, then deliver the first one.
+
+    Python-level handlers, not a signal mask: a process with other threads (torch, OpenMP)
+    may have a signal delivered to one of them, which a mask on this thread would not stop.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread runs signal handlers, so nothing can interrupt here
+        return
+    pending: list[int] = []
+    previous = {
+        signum: handler
+        for signum in _HELD_SIGNALS
+        if (handler := signal.getsignal(signum)) is not None
+    }
+    for signum in previous:
+        signal.signal(signum, lambda received, _frame: pending.append(received))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if pending:
+            signal.raise_signal(pending[0])
 
 
 def _umask() -> int:
@@ -96,17 +114,22 @@ def atomic_path(target: str | Path, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path beside ``target``; on success it replaces ``target``."""
     target = check_file_target(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=_temporary_prefix(target),
-                                    suffix=suffix + ".tmp")  # fmt: skip
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp: Path | None = None
     try:
+        with signals_held():  # a signal now would leave a temporary file nobody removes
+            fd, tmp_name = tempfile.mkstemp(
+                dir=target.parent, prefix=_temporary_prefix(target), suffix=suffix + ".tmp"
+            )
+            os.close(fd)
+            tmp = Path(tmp_name)
         yield tmp
         tmp.chmod(0o666 & ~_umask())  # mkstemp makes 0600 files
         with signals_held():
             tmp.replace(target)
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            with signals_held():
+                tmp.unlink(missing_ok=True)
 
 
 def atomic_write_bytes(target: str | Path, data: bytes) -> None:
@@ -196,9 +219,11 @@ def atomic_directory(
     target = check_directory_target(target, kind, recognise)
     target.parent.mkdir(parents=True, exist_ok=True)
     prefix = _temporary_prefix(target)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=prefix, suffix=".tmp"))
+    tmp: Path | None = None
     old: Path | None = None
     try:
+        with signals_held():  # a signal now would leave a temporary folder nobody removes
+            tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=prefix, suffix=".tmp"))
         yield tmp
         _open_permissions(tmp)
         (tmp / MARKER).write_text(strict_json({"kind": kind, "complete": True}) + "\n")
@@ -209,10 +234,11 @@ def atomic_directory(
                 target.replace(old)
             tmp.replace(target)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None:  # the new output is in place: the old one goes, interrupted or not
-            shutil.rmtree(old, ignore_errors=True)
+        with signals_held():  # cleaning up must not be cut short by a signal either
+            if tmp is not None and tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+            if old is not None:  # the new output is in place: the old one goes
+                shutil.rmtree(old, ignore_errors=True)
 
 
 def _open_permissions(root: Path) -> None:

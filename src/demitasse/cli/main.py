@@ -266,10 +266,18 @@ def run() -> int:
     that arrives once the work is done cannot turn a finished run into a traceback."""
     handle_termination()
     try:
-        return main()
+        code = main()
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)
+    if code >= 128:
+        # Interrupted. A KeyboardInterrupt that passed through code run by PyRun_* (some
+        # imports do) leaves CPython convinced it went unhandled, and it would then kill itself
+        # with SIGINT at exit instead of returning our code: leave directly.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _dispatch(args: argparse.Namespace) -> int:
