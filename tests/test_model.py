@@ -165,3 +165,30 @@ def test_an_encoder_changed_since_the_fit_is_refused(tmp_path: Path) -> None:
     build_tiny_model(tmp_path / "enc", hidden=32, layers=2)  # same place, other weights
     with pytest.raises(DemitasseError, match="differs from the one this model was fitted"):
         CompressedModel.load(tmp_path / "m").encode(["a man"])
+
+
+def test_a_static_model_fits_encodes_and_exports_to_model2vec(tmp_path: Path) -> None:
+    from model2vec import StaticModel as Model2VecModel
+    from tokenizers import Tokenizer
+
+    from demitasse.cli import main
+    from demitasse.static import StaticModel
+
+    tokenizer = Tokenizer.from_file(str(build_tiny_model(tmp_path / "tiny") / "tokenizer.json"))
+    rng = np.random.default_rng(0)
+    vocabulary = tokenizer.get_vocab_size(with_added_tokens=True)
+    StaticModel(rng.standard_normal((vocabulary, 32)), tokenizer).save(tmp_path / "static")
+    texts = _sentences(80)
+    model = CompressedModel(tmp_path / "static", compressor="truncate", dim=16).fit(texts)
+    assert model.encoder_kind == "static"
+    model.save(tmp_path / "m")
+    assert main(["export", str(tmp_path / "m"), "--format", "model2vec", "--dim", "12",
+                 "--out", str(tmp_path / "m2v")]) == 0  # fmt: skip
+    theirs = Model2VecModel.from_pretrained(tmp_path / "m2v").encode(texts)
+    ours = model.encode(texts, dim=12, normalize=True)
+    np.testing.assert_allclose(theirs, ours, atol=1e-5)
+    pca = CompressedModel(tmp_path / "static", compressor="pca", dim=8).fit(texts)
+    pca.save(tmp_path / "pca")
+    assert main(["export", str(tmp_path / "pca"), "--format", "model2vec", "--out",
+                 str(tmp_path / "no")]) == 2  # fmt: skip
+    assert not (tmp_path / "no").exists()

@@ -57,9 +57,5 @@ def _export_model2vec(model: CompressedModel, out: str | Path, dim: int | None) 
             "the model2vec format holds static models only; this model's encoder is a "
             "transformer (use --format sentence-transformers)"
         )
-    if model.compressor is not None or (dim is not None and dim != encoder.dim):
-        raise DemitasseError(
-            f"the model2vec format cannot carry a {model.method} compressor; export with "
-            "--format sentence-transformers, or fit the static model without a compressor"
-        )
-    return export_model2vec(encoder, out)
+    # A bias-free linear compressor folds into the word vectors; others are refused there.
+    return export_model2vec(encoder, out, compressor=model.compressor, dim=dim)
