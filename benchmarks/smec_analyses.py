@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from demitasse.compress.smec import SMEC
-from demitasse.data import load_sts_suite, load_stsb, resolve_data_dir
+from demitasse.data import load_sts_suite, load_stsb, load_unlabeled, resolve_data_dir
 from demitasse.data.beir import load_beir
 from demitasse.encoders import load_encoder
 from demitasse.evaluation import ResultRecord, STSTask, machine_description, write_records
@@ -38,7 +38,6 @@ from demitasse.evaluation.sts import spearman_x100
 from demitasse.report import markdown_table
 from demitasse.report.plots import save_figure
 from demitasse.report.results_file import update_section
-from learned_compressors import unlabeled_sentences
 
 HERE = Path(__file__).resolve().parent
 STAGES = (128, 64, 32)
@@ -117,7 +116,7 @@ def main() -> int:
     eval_texts = STSTask(load_sts_suite(data_dir)).texts()
     eval_texts += RetrievalTask(load_beir(data_dir / "beir" / "scifact")).texts()
     exclude = set(eval_texts) | set(load_stsb("dev", data_dir).texts())
-    unlabeled = unlabeled_sentences(data_dir, args.n_unlabeled, args.seed, exclude)
+    unlabeled = load_unlabeled(data_dir, args.n_unlabeled, args.seed, exclude)
     fit_data = f"unlabeled-en-{len(unlabeled) // 1000}k"
 
     def record(method: str, dim: int, dataset: str, metric: str, score: float, **extra: Any) -> Any:

@@ -6,6 +6,7 @@ import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,12 +39,12 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
     raise DemitasseError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
 
 
-def _pooling_of(module: torch.nn.Module) -> str:
+def _pooling_of(module: Any) -> str:
     """The pooling mode of a sentence-transformers Pooling module, across library versions."""
     mode = getattr(module, "pooling_mode", None)
     if mode is None and hasattr(module, "get_pooling_mode_str"):
         mode = module.get_pooling_mode_str()
-    mode = {"mean_tokens": "mean", "cls_token": "cls", "max_tokens": "max"}.get(mode, mode)
+    mode = {"mean_tokens": "mean", "cls_token": "cls", "max_tokens": "max"}.get(str(mode), mode)
     if mode not in POOLINGS:
         raise DemitasseError(f"unsupported pooling mode {mode!r} in the model's Pooling module")
     return str(mode)
@@ -52,7 +53,7 @@ def _pooling_of(module: torch.nn.Module) -> str:
 def layer_stack(model: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:
     """The module holding the transformer blocks as a ModuleList, for cutting the model."""
     for owner_name in ("encoder", "transformer", "model"):
-        owner = getattr(model, owner_name, None)
+        owner: Any = getattr(model, owner_name, None)
         for attr in ("layer", "layers", "h"):
             if isinstance(getattr(owner, attr, None), torch.nn.ModuleList):
                 return owner, attr
@@ -99,9 +100,10 @@ class TransformerEncoder:
                 "SentenceTransformer(path, trust_remote_code=True), or give demitasse the model "
                 "directory it was exported from"
             )
-        self._transformer = modules[0]
-        self.tokenizer = self._transformer.tokenizer
-        self.model = self._transformer.auto_model.eval()
+        # sentence-transformers' and transformers' classes: attributes torch cannot type.
+        self._transformer: Any = modules[0]
+        self.tokenizer: Any = self._transformer.tokenizer
+        self.model: Any = self._transformer.auto_model.eval()
         pooling_modules = [m for m in modules[1:] if type(m).__name__ == "Pooling"]
         self.pooling = pooling or (_pooling_of(pooling_modules[0]) if pooling_modules else "mean")
         if self.pooling not in POOLINGS:

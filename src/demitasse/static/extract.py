@@ -92,7 +92,7 @@ class WordVectorExtractor:
         self._special_ids = set(teacher.tokenizer.all_special_ids)
         self.base_tokens_ = teacher_tokens(base)
         checkpoints = Path(self.checkpoint_dir) if self.checkpoint_dir else None
-        counts = self._word_counts(base, texts, checkpoints)
+        counts = self._count_corpus_words(base, texts, checkpoints)
         self.vocabulary_ = build_vocabulary(
             self.base_tokens_, counts, self.min_count, self.max_words
         )
@@ -117,7 +117,9 @@ class WordVectorExtractor:
 
     # ---- counting ------------------------------------------------------------------------------
 
-    def _word_counts(self, base: Any, texts: list[str], checkpoints: Path | None) -> Counter[str]:
+    def _count_corpus_words(
+        self, base: Any, texts: list[str], checkpoints: Path | None
+    ) -> Counter[str]:
         fingerprint = _corpus_fingerprint(texts)
         path = checkpoints / COUNTS_FILE if checkpoints else None
         if path is not None and path.is_file():

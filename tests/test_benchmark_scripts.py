@@ -1,0 +1,30 @@
+"""Every benchmark script imports and answers ``--help``: a script nobody runs must not rot."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+BENCHMARKS = REPO / "benchmarks"
+SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
+def test_benchmark_script_answers_help(
+    script: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # scripts import their neighbours
+    monkeypatch.setattr(sys, "argv", [script.name, "--help"])
+    spec = importlib.util.spec_from_file_location(f"benchmark_{script.stem}", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(SystemExit) as done:
+        module.main()
+    assert done.value.code == 0
+    assert "usage:" in capsys.readouterr().out
