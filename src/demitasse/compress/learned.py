@@ -151,10 +151,11 @@ class _GradientLog:
                 squared = float(g.pow(2).sum())
                 norms.append(squared)
                 total = self._sums[i]
-                self._sums[i] = g.clone() if total is None else total + g
+                summed = g.clone() if total is None else total + g
+                self._sums[i] = summed
                 self._squares[i] += squared
                 if self.step % self.window == 0:
-                    mean = self._sums[i] / self.window
+                    mean = summed / self.window
                     variances.append(self._squares[i] / self.window - float(mean.pow(2).sum()))
                     self._sums[i], self._squares[i] = None, 0.0
         entry: dict[str, Any] = {
@@ -382,17 +383,17 @@ class LearnedCompressor(Compressor):
             if len(batch) >= 2:
                 yield batch
 
-    def all_pairs_loss(self, original: torch.Tensor, reduced: torch.Tensor) -> torch.Tensor | float:
+    def all_pairs_loss(self, original: torch.Tensor, reduced: torch.Tensor) -> torch.Tensor:
         """``pairwise_weight`` × the similarity gap over all in-batch pairs.
 
         At weight 1 the loss is returned unscaled, so fits recorded before the weight existed
-        keep their arithmetic bit for bit; at weight 0 it is 0.0 and not computed (SMEC, which
-        stacks its terms, leaves it out instead).
+        keep their arithmetic bit for bit; at weight 0 it is a zero tensor and not computed (SMEC
+        leaves it out instead).
         """
         from demitasse.compress.similarity_losses import pairwise_similarity_loss
 
         if not self.pairwise_weight:
-            return 0.0
+            return reduced.new_zeros(())
         loss = pairwise_similarity_loss(original, reduced)
         return loss if self.pairwise_weight == 1 else float(self.pairwise_weight) * loss
 
@@ -409,7 +410,11 @@ class LearnedCompressor(Compressor):
             rank_loss,
         )
 
-        losses = {"cosent": cosent_loss, "rank": rank_loss, "related": pair_similarity_loss}
+        losses: dict[str, Callable[..., torch.Tensor]] = {
+            "cosent": cosent_loss,
+            "rank": rank_loss,
+            "related": pair_similarity_loss,
+        }
         weights = {
             "cosent": self.cosent_weight,
             "rank": self.rank_weight,

@@ -192,6 +192,7 @@ class MCR2(LearnedCompressor):
 
     def _pair_arrays(self, pairs: Any) -> tuple[np.ndarray, np.ndarray]:
         X = self._fit_X
+        assert X is not None, "set by _fit for the duration of the fit"
         name = self.method
         if pairs is None:
             if self.input_dropout == 0:
@@ -240,7 +241,7 @@ class MCR2(LearnedCompressor):
     # ---- training ----------------------------------------------------------------------------
 
     def _fit(self, X: np.ndarray, **supervision: Any) -> None:
-        self._fit_X = X
+        self._fit_X: np.ndarray | None = X
         try:
             super()._fit(X, **supervision)
         finally:

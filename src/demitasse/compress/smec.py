@@ -131,6 +131,8 @@ def _selection_stage(
     class SelectionStage(torch.nn.Module):
         """Select ``d_out`` of ``d_in`` inputs (ADS or prefix), then reduce them to ``d_out``."""
 
+        prefix: torch.Tensor  # a buffer
+
         def __init__(self) -> None:
             super().__init__()
             self.d_out = d_out
@@ -320,7 +322,7 @@ class SMEC(LearnedCompressor):
         )
 
     def _encode(self, U: torch.Tensor, dim: int) -> torch.Tensor:
-        stages = list(self.network_)
+        stages: list[Any] = list(self.network_.children())
         h = U
         for index, stage in enumerate(stages):
             h = stage(h, U)
@@ -338,7 +340,8 @@ class SMEC(LearnedCompressor):
     def selected_dims(self, stage: int = 0) -> np.ndarray:
         """Input dimensions of ``stage`` kept at inference, most important first."""
         self._check_fitted("selected_dims")
-        return self.network_[stage].selected().cpu().numpy()
+        stages: list[Any] = list(self.network_.children())
+        return stages[stage].selected().cpu().numpy()
 
     # ---- training ----------------------------------------------------------------------------
 
@@ -355,7 +358,7 @@ class SMEC(LearnedCompressor):
         """Train stages ``first…`` (earlier ones stay frozen); SMRL: one at a time."""
         import torch
 
-        stages = list(self.network_)
+        stages: list[Any] = list(self.network_.children())
         for stage in stages[:first]:
             stage.requires_grad_(False).eval()
         with torch.no_grad():
