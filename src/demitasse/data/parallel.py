@@ -110,8 +110,9 @@ def load_parallel(
     if not source and limit != 0:
         raise DataError(f"parallel files are empty: {src} and {tgt}")
     if languages is None:
-        langs = (_language_of(src), _language_of(tgt))
-        languages = langs if None not in langs and langs[0] != langs[1] else ("src", "tgt")
+        src_language, tgt_language = _language_of(src), _language_of(tgt)
+        known = src_language and tgt_language and src_language != tgt_language
+        languages = (str(src_language), str(tgt_language)) if known else ("src", "tgt")
     return ParallelTexts(name, source, target, str(languages[0]), str(languages[1]))
 
 

@@ -13,7 +13,7 @@ SentEval keeps as empty sentences.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -229,7 +229,7 @@ def _read_sst_split(path: Path, name: str, fine: bool) -> LabeledTexts:
             raise DataError(f"{path}: line {lineno}: expected {expected}")
         labels.append(_parse_label(label, classes, path, lineno))
         texts.append(sentence.strip())
-    return LabeledTexts(name, texts, labels, classes)
+    return LabeledTexts(name, texts, np.asarray(labels), classes)
 
 
 def load_sst(
@@ -266,7 +266,7 @@ def _read_trec_file(path: Path) -> LabeledTexts:
             )
         labels.append(TREC_CLASSES.index(coarse))
         texts.append(question.strip())
-    return LabeledTexts("TREC", texts, labels, TREC_CLASSES)
+    return LabeledTexts("TREC", texts, np.asarray(labels), TREC_CLASSES)
 
 
 def load_trec(data_dir: str | Path | None = None) -> LabeledSplits[LabeledTexts]:
@@ -303,7 +303,7 @@ def _read_mrpc_file(path: Path) -> LabeledPairs:
         texts2.append(fields[i2].strip())
     if not labels:
         raise DataError(f"{path}: no sentence pairs")
-    return LabeledPairs("MRPC", texts1, texts2, labels, MRPC_CLASSES)
+    return LabeledPairs("MRPC", texts1, texts2, np.asarray(labels), MRPC_CLASSES)
 
 
 def load_mrpc(data_dir: str | Path | None = None) -> LabeledSplits[LabeledPairs]:
@@ -323,7 +323,7 @@ ClassificationSet = (
 )
 
 CLASSIFICATION_SUITE: tuple[str, ...] = ("MR", "CR", "SST-2", "TREC", "MRPC")
-_LOADERS = {
+_LOADERS: dict[str, Callable[[str | Path | None], ClassificationSet]] = {
     "MR": load_mr,
     "CR": load_cr,
     "SST-2": load_sst2,

@@ -11,6 +11,7 @@ import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -56,10 +57,15 @@ class Point:
     quality: float
 
 
+def _colour(colours: Colours | None, method: str) -> Any:
+    """The method's colour for matplotlib (black when it has none)."""
+    return (colours or {}).get(method, "black")
+
+
 def method_colours(methods: Iterable[str]) -> dict[str, tuple[float, ...]]:
     """A fixed colour per method, in order of first appearance."""
     names = list(dict.fromkeys(methods))
-    palette = plt.get_cmap("tab10" if len(names) <= 10 else "tab20").colors
+    palette = getattr(plt.get_cmap("tab10" if len(names) <= 10 else "tab20"), "colors")
     return {name: palette[i % len(palette)] for i, name in enumerate(names)}
 
 
@@ -138,7 +144,7 @@ def plot_quality_vs_bytes(
     """Headline quality against bytes per stored vector, so precisions compare at equal memory."""
     best = _headline_or_fail(records, task)
     size = {config_key(r): r.bytes_per_vector for r in records if r.task == task}
-    xs = {key: float(size[key]) for key in best.scores if size.get(key)}
+    xs = {key: float(bytes_) for key in best.scores if (bytes_ := size.get(key))}
     if not xs:
         raise DataError(f"no {task} records carry bytes_per_vector to plot")
     colours = colours or method_colours(key[2] for key in xs)
@@ -203,7 +209,7 @@ def plot_layer_heatmap(
     best = _headline_or_fail(records, task)
     _one_model(best.scores, "a layer heatmap")
     scores = {k: v for k, v in best.scores.items() if k[1] is not None}
-    layers = sorted({k[1] for k in scores})
+    layers = sorted({int(k[1]) for k in scores if k[1] is not None})
     if len(layers) < 2:
         raise DataError(f"a layer heatmap needs several layers; {task} has {len(layers)}")
     methods = list(dict.fromkeys(k[2] for k in scores))
@@ -225,7 +231,7 @@ def plot_layer_heatmap(
             grid = np.full((len(layers), max(1, len(dims))), np.nan)
             for (_, layer, m, dim, p), score in scores.items():
                 if m == method and p == precision:
-                    grid[layers.index(layer), dims.index(dim)] = score
+                    grid[layers.index(int(layer or 0)), dims.index(dim)] = score
             image = ax.imshow(
                 grid, aspect="auto", origin="lower", cmap="viridis", vmin=vmin, vmax=vmax
             )
@@ -370,7 +376,7 @@ def _line_panels(
     for row in axes:
         row[0].set_ylabel(quality_label(best))
     methods = list(dict.fromkeys(k[2] for k in xs))
-    handles = [Line2D([], [], color=colours.get(m, "black"), lw=2, label=m) for m in methods]
+    handles = [Line2D([], [], color=_colour(colours, m), lw=2, label=m) for m in methods]
     handles += [
         Line2D([], [], color="0.35", ls=LINE_STYLES.get(p, "-."), lw=1.4, label=p)
         for p in _precisions(k[4] for k in xs)
@@ -444,7 +450,7 @@ def _pareto_plot(
         _mark_layers(ax, points)
     methods = list(dict.fromkeys(p.key[2] for p in points))
     handles = [
-        Line2D([], [], color=colours.get(m, "black"), marker="o", ls="", label=m) for m in methods
+        Line2D([], [], color=_colour(colours, m), marker="o", ls="", label=m) for m in methods
     ]
     handles += [
         Line2D([], [], color="0.35", marker=MARKERS.get(p, "D"), ls="", label=p)

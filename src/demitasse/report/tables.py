@@ -172,7 +172,8 @@ def task_table(
         if average == "avg":
             values.append(score.get((*key, "avg")))
         elif average == "mean":
-            values.append(None if None in values else float(np.mean(values)))
+            present = [v for v in values if v is not None]
+            values.append(None if len(present) < len(values) else float(np.mean(present)))
         rows.append(_config_cells(key, size[key], show_model) + tuple(values))
     return Table(tuple(header), tuple(rows))
 

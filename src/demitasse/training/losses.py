@@ -155,7 +155,7 @@ class AnglELoss:
         angle_weight: float = 1.0,
         scale: float = 20.0,
     ) -> None:
-        self.terms = [
+        self.terms: list[tuple[float, Callable[[PairBatch], torch.Tensor]]] = [
             (cosine_weight, CoSENTLoss(scale)),
             (ibn_weight, InBatchNegativesLoss(scale)),
             (angle_weight, AngleLoss(scale)),
