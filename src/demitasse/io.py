@@ -176,7 +176,9 @@ def holds_output(path: Path, kind: str) -> bool:
         marker = read_json(path / MARKER)
     except (OSError, ValueError, RecursionError):
         return False
-    return isinstance(marker, dict) and marker.get("kind") == kind and marker.get("complete")
+    return (
+        isinstance(marker, dict) and marker.get("kind") == kind and marker.get("complete") is True
+    )
 
 
 def check_directory_target(

@@ -516,7 +516,8 @@ def _evaluate_model_dir(args: argparse.Namespace) -> None:
     model = CompressedModel.load(args.model)
     dims = parse_int_list(args.dims, "--dims") if args.dims else None
     precisions = parse_precisions(args.precision) if args.precision else None
-    for dim in dims or [None]:
+    requested: list[int | None] = list(dims) if dims else [None]
+    for dim in requested:
         for precision in precisions or [model.precision]:
             model.bytes_per_vector(dim, precision)  # fail on a bad request before any work
     tasks = build_tasks(task_names, args.data_dir, sts_datasets=args.datasets, limit=args.limit)

@@ -101,19 +101,22 @@ class TransformerEncoder:
                 "directory it was exported from"
             )
         # sentence-transformers' and transformers' classes: attributes torch cannot type.
-        self._transformer: Any = modules[0]
-        self.tokenizer: Any = self._transformer.tokenizer
-        self.model: Any = self._transformer.auto_model.eval()
+        transformer: Any = modules[0]
+        self._transformer = transformer
+        self.tokenizer: Any = transformer.tokenizer
+        self.model: Any = transformer.auto_model.eval()
         pooling_modules = [m for m in modules[1:] if type(m).__name__ == "Pooling"]
         self.pooling = pooling or (_pooling_of(pooling_modules[0]) if pooling_modules else "mean")
         if self.pooling not in POOLINGS:
             raise DemitasseError(f"unknown pooling {self.pooling!r}; choose one of {POOLINGS}")
         has_normalize = any(type(m).__name__ == "Normalize" for m in modules)
         self.normalize = has_normalize if normalize is None else normalize
-        self.max_seq_length = int(max_seq_length or self._transformer.max_seq_length or 512)
+        configured: Any = self._transformer.max_seq_length
+        self.max_seq_length = int(max_seq_length or configured or 512)
         self.do_lower_case = bool(getattr(self._transformer, "do_lower_case", False))
-        self.num_layers = int(self.model.config.num_hidden_layers)
-        self.dim = int(self.model.config.hidden_size)
+        config: Any = self.model.config
+        self.num_layers = int(config.num_hidden_layers)
+        self.dim = int(config.hidden_size)
         self.show_progress = show_progress
         # What maps a layer's pooled embedding before normalisation: the pipeline's Dense
         # modules act on the last layer (an exported cut writes its exit head as one), a

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import os
 import warnings
+from typing import Any
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -234,13 +235,15 @@ def _subsample(examples: Examples, limit: int | None, seed: int) -> Examples:
 
 def _limited(dataset: ClassificationSet, limit: int | None, seed: int) -> ClassificationSet:
     if isinstance(dataset, LabeledSplits):
+        splits: LabeledSplits[Any] = dataset
         return LabeledSplits(
-            dataset.name,
-            _subsample(dataset.train, limit, seed),
-            None if dataset.dev is None else _subsample(dataset.dev, limit, seed),
-            _subsample(dataset.test, limit, seed),
+            splits.name,
+            _subsample(splits.train, limit, seed),
+            None if splits.dev is None else _subsample(splits.dev, limit, seed),
+            _subsample(splits.test, limit, seed),
         )
-    return _subsample(dataset, limit, seed)
+    examples: Any = dataset  # LabeledTexts or LabeledPairs: _subsample keeps the type
+    return _subsample(examples, limit, seed)
 
 
 class ClassificationTask(Task):

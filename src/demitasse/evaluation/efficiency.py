@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -221,15 +222,12 @@ def measure_encode_throughput(
     # removes blocks: a cut first would leave the deeper layers unrecorded for good.
     encoder.encode(unique[:batch_size], layer=encoder.num_layers, batch_size=batch_size)
     timings = time_interleaved(
-        [
-            lambda layer=layer: encoder.encode(unique, layer=layer, batch_size=batch_size)
-            for layer in cuts
-        ],
+        [partial(encoder.encode, unique, layer=layer, batch_size=batch_size) for layer in cuts],
         repeats=repeats,
         clock=clock,
         log=log,
     )
-    extra = {"n_texts": len(unique), "batch_size": batch_size, "repeats": repeats}
+    extra: dict[str, Any] = {"n_texts": len(unique), "batch_size": batch_size, "repeats": repeats}
     extra |= {**thread_counts(), "load_1m": _load_1m()}
     records = []
     for layer, timing in zip(cuts, timings, strict=True):
@@ -270,7 +268,7 @@ def measure_transform_throughput(
         raise DataError(f"X must be a non-empty 2-D array of embeddings, got shape {X.shape}")
     _check_positive(repeats, "repeats")
     timings = time_interleaved(
-        [lambda dim=dim: compressor.transform(X, dim=dim) for dim in dims],
+        [partial(compressor.transform, X, dim=dim) for dim in dims],
         repeats=repeats,
         clock=clock,
     )

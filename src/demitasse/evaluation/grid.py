@@ -32,6 +32,8 @@ class CompressorSpec:
         if params.get("abtt") == "auto":
             # Mu & Viswanath remove about d/100 dominating directions.
             params["abtt"] = max(1, input_dim // 100)
+        if self.method is None:
+            raise DemitasseError(f"{self.label!r} is the encoder's own vectors, not a compressor")
         return make_compressor(self.method, dim=max_dim, **params)
 
 
@@ -95,7 +97,7 @@ def evaluate_grid(
                     if reduced_fit is not None:
                         quantizer.fit(reduced_fit)
                     embedded = EmbeddedTexts(texts, quantizer.quantize(reduced), quantizer, dim)
-                    common = {
+                    common: dict[str, Any] = {
                         "model": encoder.name,
                         "layer": layer,
                         "method": spec.label,
@@ -140,7 +142,7 @@ def evaluate_model(
         for precision in precisions:
             quantizer = model.quantizer_for(precision)
             embedded = EmbeddedTexts(texts, quantizer.quantize(reduced), quantizer, dim)
-            common = {
+            common: dict[str, Any] = {
                 "model": encoder.name,
                 "layer": model.layer or encoder.num_layers,
                 "method": model.method,

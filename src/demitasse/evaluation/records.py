@@ -29,7 +29,7 @@ class ResultRecord:
     score: float
     bytes_per_vector: int | None = None
     fit_data: str | None = None
-    machine: str = field(default_factory=lambda: machine_description())
+    machine: str = field(default_factory=lambda: _machine())
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -177,3 +177,7 @@ def read_records(path: str | Path) -> list[ResultRecord]:
         except DataError as exc:
             raise DataError(f"{path}: record {index}: {exc}") from None
     return records
+
+
+def _machine() -> str:
+    return machine_description()

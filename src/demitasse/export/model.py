@@ -37,6 +37,7 @@ def export_model(
         model.bytes_per_vector(dim)  # a one-line error for a width the model does not produce
     if format == "model2vec":
         return _export_model2vec(model, out, dim)
+    assert model.encoder_source is not None  # has_encoder was checked above
     return export_sentence_transformer(
         model.encoder_source,
         out,

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from demitasse.compress import Compressor, Quantizer
+from demitasse.compress import BinaryQuantizer, Compressor, Int8Quantizer, Quantizer
 from demitasse.compress.base import AffineMap
 from demitasse.encoders.transformer import TransformerEncoder, layer_stack, load_encoder
 from demitasse.errors import ExportError
@@ -168,6 +168,7 @@ def _compressor_modules(
     """Modules computing ``compressor.transform(·, dim)``, and the ``truncate_dim`` to set."""
     from sentence_transformers.base.modules import Normalize
 
+    affine: AffineMap | None
     if compressor is None:
         affine = AffineMap(np.eye(dim, width, dtype=np.float32), np.zeros(dim, np.float32))
     else:
@@ -175,6 +176,7 @@ def _compressor_modules(
     if affine is None:
         from demitasse.export.st_modules import CompressorModule
 
+        assert compressor is not None  # without one the map is the identity
         return [CompressorModule(compressor, dim)], None
     if affine.is_truncation:
         if dim == affine.weight.shape[1]:
@@ -206,11 +208,11 @@ def _write_quantization(quantizer: Quantizer | None, dim: int, folder: Path) -> 
     from safetensors.numpy import save_file
 
     info: dict[str, Any] = {"precision": quantizer.precision, "params": quantizer.get_params()}
-    if quantizer.precision == "int8":
+    if isinstance(quantizer, Int8Quantizer):
         ranges = np.stack([quantizer.lo_[:dim], quantizer.hi_[:dim]]).astype(np.float32)
         save_file({"ranges": np.ascontiguousarray(ranges)}, str(folder / INT8_RANGES))
         info["file"] = INT8_RANGES
-    elif quantizer.precision == "binary" and quantizer.threshold == "mean":
+    elif isinstance(quantizer, BinaryQuantizer) and quantizer.threshold == "mean":
         thresholds = np.ascontiguousarray(quantizer.thresholds_[:dim], dtype=np.float32)
         save_file({"thresholds": thresholds}, str(folder / BINARY_THRESHOLDS))
         info["file"] = BINARY_THRESHOLDS

@@ -58,18 +58,18 @@ class CompressorModule(Module):
         cache_folder: str | None = None,
         revision: str | None = None,
         local_files_only: bool = False,
+        init_defaults: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Self:
-        hub = {
-            "subfolder": subfolder,
-            "token": token,
-            "cache_folder": cache_folder,
-            "revision": revision,
-            "local_files_only": local_files_only,
-        }
-        config = cls.load_config(model_name_or_path, **hub)
-        directory = cls.load_dir_path(model_name_or_path, **hub)
-        return cls(load_compressor(directory), dim=config.get("dim"))
+        config = cls.load_config(
+            model_name_or_path, subfolder=subfolder, token=token, cache_folder=cache_folder,
+            revision=revision, local_files_only=local_files_only,
+        )  # fmt: skip
+        directory = cls.load_dir_path(
+            model_name_or_path, subfolder=subfolder, token=token, cache_folder=cache_folder,
+            revision=revision, local_files_only=local_files_only,
+        )  # fmt: skip
+        return cls(load_compressor(str(directory)), dim=config.get("dim"))
 
     def __repr__(self) -> str:
         return f"CompressorModule({self.compressor!r}, dim={self.dim})"

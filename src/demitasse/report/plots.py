@@ -11,7 +11,7 @@ import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import matplotlib
 
@@ -65,7 +65,7 @@ def _colour(colours: Colours | None, method: str) -> Any:
 def method_colours(methods: Iterable[str]) -> dict[str, tuple[float, ...]]:
     """A fixed colour per method, in order of first appearance."""
     names = list(dict.fromkeys(methods))
-    palette = getattr(plt.get_cmap("tab10" if len(names) <= 10 else "tab20"), "colors")
+    palette = cast(Any, plt.get_cmap("tab10" if len(names) <= 10 else "tab20")).colors
     return {name: palette[i % len(palette)] for i, name in enumerate(names)}
 
 

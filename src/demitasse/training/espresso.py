@@ -153,6 +153,8 @@ def _add(left: torch.Tensor | None, right: torch.Tensor | None) -> torch.Tensor 
 class EspressoLoss(ModelLoss):
     """The ESE objective around a base loss; see the module docstring for every option."""
 
+    fixed_weights: torch.Tensor  # a buffer
+
     def __init__(
         self,
         base: BaseLoss,
@@ -330,8 +332,8 @@ class EspressoLoss(ModelLoss):
                 directory,
                 {
                     int(i): (
-                        head.weight.detach().cpu().numpy(),
-                        head.bias.detach().cpu().numpy(),
+                        _linear(head).weight.detach().cpu().numpy(),
+                        _linear(head).bias.detach().cpu().numpy(),
                     )
                     for i, head in self.heads.items()
                 },
@@ -340,3 +342,9 @@ class EspressoLoss(ModelLoss):
     def _expressed(self, batch: PairBatch) -> PairBatch:
         """What an inner layer's base loss sees: its first k dims under ``prefix_loss``."""
         return batch.prefix(self._compress_dim(batch)) if self.prefix_loss else batch
+
+
+def _linear(module: torch.nn.Module) -> torch.nn.Linear:
+    """An exit head, which is a Linear layer (the ModuleDict only knows it as a Module)."""
+    assert isinstance(module, torch.nn.Linear)
+    return module

@@ -361,7 +361,10 @@ def fine_tune(
     torch.manual_seed(config.seed)
     model.train()
     objective.to(model.device)
-    decay, no_decay, own_decay, own_no_decay = [], [], [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
+    own_decay: list[torch.nn.Parameter] = []
+    own_no_decay: list[torch.nn.Parameter] = []
     model.backbone.requires_grad_(config.train_backbone)
     if config.train_backbone:
         for name, parameter in model.backbone.named_parameters():
@@ -372,7 +375,7 @@ def fine_tune(
     own_rate = config.objective_learning_rate or config.learning_rate
     # "rate": the group's peak learning rate; "backbone": whether an update part's rate
     # factor applies (it sets how far each part moves the shared encoder).
-    groups = [
+    groups: list[dict[str, Any]] = [
         {"params": params, "weight_decay": wd, "rate": rate, "backbone": backbone}
         for params, wd, rate, backbone in (
             (decay, config.weight_decay, config.learning_rate, True),
