@@ -19,10 +19,10 @@ from __future__ import annotations
 import copy
 import os
 import warnings
-from typing import Any
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
