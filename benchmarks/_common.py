@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +34,5 @@ def run_posthoc_grid(
         precisions=precisions,
         fit_texts=stsb_fit_sentences(data_dir),
         fit_data=STSB_FIT_DATA,
-        log=lambda message: print(message, file=sys.stderr, flush=True),
     )
     return encoder, records, time.perf_counter() - started

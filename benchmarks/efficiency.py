@@ -76,7 +76,6 @@ def encode_part(args: argparse.Namespace) -> list:
         texts,
         repeats=args.repeats,
         batch_size=args.batch_size,
-        log=lambda message: print(message, file=sys.stderr, flush=True),
     )
 
 
@@ -141,7 +140,6 @@ def search_part(args: argparse.Namespace, fit_texts: list[str]) -> list:
         precisions=PRECISIONS,
         fit_texts=fit_texts,
         fit_data="stsb-train",
-        log=lambda message: print(message, file=sys.stderr, flush=True),
     )
 
 

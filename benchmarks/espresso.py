@@ -212,7 +212,6 @@ def sts_grid(
         specs=parse_compressor_specs("none,truncate"),
         dims=[encoder.dim, *DIMS],
         layers=list(range(1, encoder.num_layers + 1)),
-        log=log,
     )
     return [dataclasses.replace(r, model=label) for r in records]
 
@@ -391,7 +390,7 @@ def main() -> int:
         if not only <= set(main_specs):
             parser.error(f"--only: choose from {', '.join(main_specs)}")
         main_specs = {n: spec for n, spec in main_specs.items() if n in only}
-    sets = load_training_sets(args.data.split(","), args.data_dir, report=log)
+    sets = load_training_sets(args.data.split(","), args.data_dir)
     dev = load_stsb("dev", args.data_dir)
     log("training sets: " + ", ".join(f"{s.name} {len(s)}" for s in sets))
 

@@ -148,7 +148,6 @@ def evaluate(encoder: object, tasks: list, label: str) -> list[ResultRecord]:
         tasks,
         specs=parse_compressor_specs("none"),
         dims=[encoder.dim],  # type: ignore[attr-defined]
-        log=lambda message: print(f"[{label}] {message}", file=sys.stderr, flush=True),
     )
     for record in records:
         record.method = label
@@ -263,7 +262,6 @@ def main() -> int:
             texts,
             layers=[encoder.num_layers],  # type: ignore[attr-defined]
             repeats=repeats,
-            log=log,
         )
         memory[label] = peak_memory(label, args, static_dir)
         record.method = label

@@ -49,7 +49,7 @@ def test_training_set_drops_examples_whose_positive_or_negative_is_held_out() ->
 
 
 def test_named_training_sets_share_no_pair_with_the_sts_test_and_dev_splits(
-    data_dir: Path,
+    data_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     held_out = evaluation_pairs(data_dir)
     test_pairs = set().union(
@@ -59,8 +59,9 @@ def test_named_training_sets_share_no_pair_with_the_sts_test_and_dev_splits(
     stsb_raw = TRAINING_SETS["stsb-train"](data_dir)
     # STS-B train was drawn from the STS12–16 tasks: most of its pairs are test pairs there.
     assert len(pair_keys(stsb_raw.anchors, stsb_raw.positives) & test_pairs) > 4000
-    reported: list[str] = []
-    cleaned = load_training_sets(list(TRAINING_SETS), data_dir, report=reported.append)
+    with caplog.at_level("INFO", logger="demitasse.training.recipes"):
+        cleaned = load_training_sets(list(TRAINING_SETS), data_dir)
+    reported = [r.getMessage() for r in caplog.records if r.name == "demitasse.training.recipes"]
     assert reported[0] == (
         "stsb-train: 990 of 5749 examples kept; the other 4759 are STS test or dev pairs"
     )

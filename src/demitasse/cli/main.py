@@ -6,6 +6,7 @@ User mistakes end in one line on stderr and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -243,6 +244,7 @@ def _warn_in_one_line(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; user mistakes and interruptions end in one line, never a traceback."""
+    _configure_logging()
     try:
         try:
             args = build_parser().parse_args(argv)
@@ -259,6 +261,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 128 + signum
+
+
+def _configure_logging() -> None:
+    """Library messages go to stderr as ``demitasse: …``: warnings always, progress notes
+    (INFO) with DEMITASSE_VERBOSE=1."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("demitasse: %(message)s"))
+    root = logging.getLogger("demitasse")
+    root.handlers[:] = [handler]  # once, however often main() runs in one process
+    root.setLevel(logging.INFO if os.environ.get("DEMITASSE_VERBOSE") else logging.WARNING)
 
 
 def run() -> int:
@@ -339,7 +351,7 @@ def _run_train(args: argparse.Namespace) -> int:
         if args.data is not None
         else list(DEFAULT_TRAINING_DATA)
     )
-    sets = load_training_sets(names, args.data_dir, report=_log)
+    sets = load_training_sets(names, args.data_dir)
     dev = load_stsb("dev", args.data_dir)
     model = SentenceModel.load(args.model)
     espresso_options = (
@@ -453,7 +465,6 @@ def _evaluate_and_report(
         fit_texts=fit_texts,
         fit_data=fit_name,
         batch_size=batch_size,
-        log=_log if os.environ.get("DEMITASSE_VERBOSE") else lambda _: None,
         progress=sys.stderr.isatty() or bool(os.environ.get("DEMITASSE_PROGRESS")),
     )
     if "efficiency" in task_names:
@@ -524,9 +535,8 @@ def _evaluate_model_dir(args: argparse.Namespace) -> None:
     model.batch_size = args.batch_size
     started = time.perf_counter()
     records = evaluate_model(
-        model, tasks, dims=dims, precisions=precisions, extra={"model_dir": args.model},
-        log=_log if os.environ.get("DEMITASSE_VERBOSE") else lambda _: None,
-    )  # fmt: skip
+        model, tasks, dims=dims, precisions=precisions, extra={"model_dir": args.model}
+    )
     _write_results(records, Path(args.out or "demitasse-results"), model.name, started)
 
 

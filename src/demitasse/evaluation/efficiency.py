@@ -16,6 +16,7 @@ record carries the machine and, in ``extra``, the torch and faiss thread counts 
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
@@ -32,6 +33,8 @@ from demitasse.encoders.base import Encoder
 from demitasse.errors import DataError, DemitasseError
 from demitasse.evaluation.records import ResultRecord, machine_description
 from demitasse.evaluation.tasks import EmbeddedTexts, Score, Task
+
+logger = logging.getLogger(__name__)
 
 TASK = "efficiency"
 Clock = Callable[[], float]
@@ -60,7 +63,6 @@ def time_interleaved(
     repeats: int = 5,
     warmup: int = 1,
     clock: Clock = time.perf_counter,
-    log: Callable[[str], None] = lambda _: None,
 ) -> list[Timing]:
     """Time several runs round-robin: ``warmup`` untimed rounds, then ``repeats`` timed ones.
 
@@ -79,7 +81,7 @@ def time_interleaved(
             start = clock()
             run()
             spent.append(clock() - start)
-        log(f"timed round {round_ + 1}/{repeats}")
+        logger.info("timed round %d/%d", round_ + 1, repeats)
     return [Timing(tuple(spent)) for spent in times]
 
 
@@ -197,7 +199,6 @@ def measure_encode_throughput(
     batch_size: int = 64,
     *,
     clock: Clock = time.perf_counter,
-    log: Callable[[str], None] = lambda _: None,
 ) -> list[ResultRecord]:
     """Sentences per second of ``encoder.encode(texts, layer=L)`` for each layer cut ``L``.
 
@@ -225,7 +226,6 @@ def measure_encode_throughput(
         [partial(encoder.encode, unique, layer=layer, batch_size=batch_size) for layer in cuts],
         repeats=repeats,
         clock=clock,
-        log=log,
     )
     extra: dict[str, Any] = {"n_texts": len(unique), "batch_size": batch_size, "repeats": repeats}
     extra |= {**thread_counts(), "load_1m": _load_1m()}
@@ -247,7 +247,7 @@ def measure_encode_throughput(
                 extra={**extra, "best_s": timing.best, "median_s": timing.median},
             )
         )
-        log(f"encode layer {layer}: {rate:,.0f} sentences/s (best of {repeats})")
+        logger.info("encode layer %d: %.0f sentences/s (best of %d)", layer, rate, repeats)
     return records
 
 

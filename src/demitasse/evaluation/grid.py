@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,8 @@ from demitasse.errors import DemitasseError
 from demitasse.evaluation.records import ResultRecord
 from demitasse.evaluation.tasks import EmbeddedTexts, Task
 from demitasse.model import CompressedModel
+
+logger = logging.getLogger(__name__)
 
 PRECISIONS = ("float32", "int8", "binary")
 
@@ -48,7 +51,6 @@ def evaluate_grid(
     fit_texts: Sequence[str] | None = None,
     fit_data: str | None = None,
     batch_size: int = 64,
-    log: Callable[[str], None] = lambda _: None,
     progress: bool = False,
 ) -> list[ResultRecord]:
     """Score every layer × compressor × dim × precision on every task.
@@ -63,11 +65,11 @@ def evaluate_grid(
     if needs_fit and not fit_texts:
         raise DemitasseError("PCA, random projection and int8/binary need fit data (--fit-data)")
     texts = list(dict.fromkeys(t for task in tasks for t in task.texts()))
-    log(f"encoding {len(texts)} evaluation texts, layers {layers}")
+    logger.info("encoding %d evaluation texts, layers %s", len(texts), layers)
     vectors = encoder.encode_layers(texts, layers, batch_size=batch_size)
     fit_vectors: dict[int, np.ndarray] = {}
     if fit_texts:
-        log(f"encoding {len(fit_texts)} fit texts")
+        logger.info("encoding %d fit texts", len(fit_texts))
         fit_vectors = encoder.encode_layers(list(fit_texts), layers, batch_size=batch_size)
     full_dim = encoder.dim
     usable_dims = sorted({d for d in dims if d <= full_dim}, reverse=True)
@@ -108,7 +110,7 @@ def evaluate_grid(
                     }
                     for record in score_embedded(embedded, tasks, **common):
                         records.append(record)
-                        log(_summary_line(record))
+                        logger.info(_summary_line(record))
                     bar.update()
     bar.close()
     return records
@@ -121,7 +123,6 @@ def evaluate_model(
     dims: Sequence[int] | None = None,
     precisions: Sequence[str] | None = None,
     extra: Mapping[str, Any] | None = None,
-    log: Callable[[str], None] = lambda _: None,
 ) -> list[ResultRecord]:
     """Score a fitted :class:`CompressedModel` exactly as it is: its encoder, layer, fitted
     compressor and calibrated quantiser, at each of ``dims`` (default: its full output width)
@@ -132,7 +133,7 @@ def evaluate_model(
         for precision in precisions:
             model.bytes_per_vector(dim, precision)
     texts = list(dict.fromkeys(t for task in tasks for t in task.texts()))
-    log(f"encoding {len(texts)} evaluation texts")
+    logger.info("encoding %d evaluation texts", len(texts))
     vectors = model.embed(texts)
     encoder = model.encoder
     fit_data = (model.fit_info or {}).get("fit_data")
@@ -153,7 +154,7 @@ def evaluate_model(
             }
             for record in score_embedded(embedded, tasks, extra, **common):
                 records.append(record)
-                log(_summary_line(record))
+                logger.info(_summary_line(record))
     return records
 
 

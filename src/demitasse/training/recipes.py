@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ from demitasse.errors import DemitasseError
 from demitasse.training.espresso import EspressoLoss
 from demitasse.training.losses import LastLayerLoss, MatryoshkaLoss, ModelLoss, make_base_loss
 from demitasse.training.trainer import TrainingSet
+
+logger = logging.getLogger(__name__)
 
 DataDir = str | Path | None
 
@@ -28,12 +31,10 @@ METHODS = ("raw", "mrl", "ese")
 MRL_DIMS = (384, 256, 128, 64, 32, 16, 8)
 
 
-def load_training_sets(
-    names: Sequence[str], data_dir: DataDir = None, report: Callable[[str], None] | None = None
-) -> list[TrainingSet]:
+def load_training_sets(names: Sequence[str], data_dir: DataDir = None) -> list[TrainingSet]:
     """Training sets by name: ``stsb-train``, ``sick-train``, ``snli`` (triples), less every
     pair that is also an STS test or dev pair (most of STS-B train is STS12–16 test: see
-    :mod:`demitasse.data.overlap`); ``report`` gets a line for each set that lost examples."""
+    :mod:`demitasse.data.overlap`); each set that lost examples is logged (INFO)."""
     unknown = [n for n in names if n not in TRAINING_SETS]
     if unknown or not names:
         raise DemitasseError(
@@ -46,11 +47,11 @@ def load_training_sets(
         full = TRAINING_SETS[name](data_dir)
         kept = full.without_pairs(held_out)
         sets.append(kept)
-        if report is not None and len(kept) < len(full):
-            report(
-                f"{name}: {len(kept)} of {len(full)} examples kept; the other "
-                f"{len(full) - len(kept)} are STS test or dev pairs"
-            )
+        if len(kept) < len(full):
+            logger.info(
+                "%s: %d of %d examples kept; the other %d are STS test or dev pairs",
+                name, len(kept), len(full), len(full) - len(kept),
+            )  # fmt: skip
     return sets
 
 
