@@ -2,19 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-from scipy.stats import spearmanr
+from demitasse.metrics import spearman_x100
 
-from demitasse.errors import DataError
-
-
-def spearman_x100(predicted: np.ndarray, gold: np.ndarray) -> float:
-    predicted = np.asarray(predicted, dtype=np.float64)
-    gold = np.asarray(gold, dtype=np.float64)
-    if predicted.shape != gold.shape or predicted.ndim != 1:
-        raise DataError(f"{predicted.shape[0]} similarities for {gold.shape[0]} gold scores")
-    if len(gold) < 2:
-        raise DataError("STS evaluation needs at least 2 scored pairs")
-    if np.ptp(predicted) == 0:
-        return 0.0  # constant predictions carry no ranking; spearmanr would return NaN
-    return float(spearmanr(predicted, gold).statistic * 100.0)
+__all__ = ["spearman_x100"]

@@ -35,8 +35,8 @@ from demitasse.data.nli import NLI_LABELS, NLIPairs, Triples
 from demitasse.data.overlap import UnorderedPair, held_out_mask
 from demitasse.data.pairs import ScoredPairs
 from demitasse.errors import DataError, DemitasseError, one_line
-from demitasse.evaluation.sts import spearman_x100
 from demitasse.io import atomic_directory, atomic_write_json, read_json, strict_json
+from demitasse.metrics import spearman_x100
 from demitasse.training.losses import ModelLoss, PairBatch
 from demitasse.training.model import SentenceModel
 
