@@ -118,46 +118,51 @@ class TransformerEncoder:
         self.num_layers = int(config.num_hidden_layers)
         self.dim = int(config.hidden_size)
         self.show_progress = show_progress
-        # What maps a layer's pooled embedding before normalisation: the pipeline's Dense
-        # modules act on the last layer (an exported cut writes its exit head as one), a
-        # trained model's exit heads on the layers they belong to.
+        self.heads = self._load_heads(modules, resolved.path)
+        # transformers >= 5 collects hidden states through hooks it attaches to the blocks
+        # present at the first forward call; a layer cut hides blocks, so run the whole model
+        # once now or a cut-first caller would lose the deeper layers for good.
+        with torch.inference_mode():
+            self.model(**self.tokenize(["warm up"]), output_hidden_states=True)
+        self._cache = self._open_cache(resolved.path, cache_dir) if cache else None
+
+    def _load_heads(self, modules: list[Any], path: Path) -> dict[int, torch.nn.Module]:
+        """What maps a layer's pooled embedding before normalisation: the pipeline's Dense
+        modules act on the last layer (an exported cut writes its exit head as one), a trained
+        model's exit heads on the layers they belong to."""
         heads: dict[int, torch.nn.Module] = {}
         dense = [m for m in modules[1:] if type(m).__name__ == "Dense"]
         if dense:
             out = getattr(dense[-1], "out_features", self.dim)
             if out != self.dim:
                 raise DemitasseError(
-                    f"{resolved.path}: its Dense module maps to {out} dims; demitasse encodes "
+                    f"{path}: its Dense module maps to {out} dims; demitasse encodes "
                     f"every layer at the hidden size {self.dim}"
                 )
             heads[self.num_layers] = _SentenceEmbeddingModules(dense)
-        for layer, (weight, bias) in load_exit_heads(resolved.path, self.dim).items():
+        for layer, (weight, bias) in load_exit_heads(path, self.dim).items():
             linear = torch.nn.Linear(self.dim, self.dim)
             with torch.no_grad():
                 linear.weight.copy_(torch.from_numpy(weight))
                 linear.bias.copy_(torch.from_numpy(bias))
             heads[layer] = linear.to(self.device).eval()
-        self.heads = heads
-        # transformers >= 5 collects hidden states through hooks it attaches to the blocks
-        # present at the first forward call; a layer cut hides blocks, so run the whole model
-        # once now or a cut-first caller would lose the deeper layers for good.
-        with torch.inference_mode():
-            self.model(**self.tokenize(["warm up"]), output_hidden_states=True)
-        self._cache: EmbeddingCache | None = None
-        if cache:
-            key = "-".join(
-                [
-                    self.name,
-                    fingerprint_directory(resolved.path),
-                    self.pooling,
-                    "norm" if self.normalize else "raw",
-                    str(self.max_seq_length),
-                    # Embeddings cached before heads were applied must not be read back.
-                    *(["heads" + "".join(map(str, sorted(self.heads)))] if self.heads else []),
-                ]
-            )
-            root = Path(cache_dir) if cache_dir else cache_root() / "embeddings"
-            self._cache = EmbeddingCache(root / key, dim=self.dim)
+        return heads
+
+    def _open_cache(self, path: Path, cache_dir: str | Path | None) -> EmbeddingCache:
+        """The embedding cache of exactly this model, pooling, normalisation and heads."""
+        key = "-".join(
+            [
+                self.name,
+                fingerprint_directory(path),
+                self.pooling,
+                "norm" if self.normalize else "raw",
+                str(self.max_seq_length),
+                # Embeddings cached before heads were applied must not be read back.
+                *(["heads" + "".join(map(str, sorted(self.heads)))] if self.heads else []),
+            ]
+        )
+        root = Path(cache_dir) if cache_dir else cache_root() / "embeddings"
+        return EmbeddingCache(root / key, dim=self.dim)
 
     def __repr__(self) -> str:
         return (
