@@ -92,27 +92,47 @@ def evaluate_grid(
                 compressor.fit(fit_vectors.get(layer, vectors[layer]), fit_data=fit_data)
                 spec_dims = [d for d in spec_dims if d <= compressor.output_dim_]
             for dim in spec_dims:
-                reduced = _apply(compressor, vectors[layer], dim)
-                reduced_fit = _apply(compressor, fit_vectors[layer], dim) if fit_vectors else None
-                for precision in precisions:
-                    quantizer = make_quantizer(precision)
-                    if reduced_fit is not None:
-                        quantizer.fit(reduced_fit)
-                    embedded = EmbeddedTexts(texts, quantizer.quantize(reduced), quantizer, dim)
-                    common: dict[str, Any] = {
-                        "model": encoder.name,
-                        "layer": layer,
-                        "method": spec.label,
-                        "dim": dim,
-                        "precision": precision,
-                        "bytes_per_vector": quantizer.bytes_per_vector(dim),
-                        "fit_data": fit_data if (compressor or precision != "float32") else None,
-                    }
-                    for record in score_embedded(embedded, tasks, **common):
-                        records.append(record)
-                        logger.info(_summary_line(record))
-                    bar.update()
+                fields = {"model": encoder.name, "layer": layer, "method": spec.label, "dim": dim}
+                records += _score_precisions(
+                    _apply(compressor, vectors[layer], dim),
+                    _apply(compressor, fit_vectors[layer], dim) if fit_vectors else None,
+                    texts, tasks, precisions, fields,
+                    fit_data if compressor is not None else None, fit_data, bar,
+                )  # fmt: skip
     bar.close()
+    return records
+
+
+def _score_precisions(
+    reduced: np.ndarray,
+    reduced_fit: np.ndarray | None,
+    texts: list[str],
+    tasks: Sequence[Task],
+    precisions: Sequence[str],
+    fields: dict[str, Any],
+    compressor_fit_data: str | None,
+    fit_data: str | None,
+    bar: Any,
+) -> list[ResultRecord]:
+    """Records of one layer × compressor × dim at every precision (quantisers calibrated on
+    the fit data's vectors, never on the evaluation texts)."""
+    records: list[ResultRecord] = []
+    for precision in precisions:
+        quantizer = make_quantizer(precision)
+        if reduced_fit is not None:
+            quantizer.fit(reduced_fit)
+        dim = fields["dim"]
+        embedded = EmbeddedTexts(texts, quantizer.quantize(reduced), quantizer, dim)
+        common: dict[str, Any] = {
+            **fields,
+            "precision": precision,
+            "bytes_per_vector": quantizer.bytes_per_vector(dim),
+            "fit_data": compressor_fit_data if precision == "float32" else fit_data,
+        }
+        for record in score_embedded(embedded, tasks, **common):
+            records.append(record)
+            logger.info(_summary_line(record))
+        bar.update()
     return records
 
 
