@@ -265,11 +265,21 @@ def run() -> int:
     """The ``demitasse`` executable: SIGTERM and SIGHUP clean up as Ctrl-C does, and a signal
     that arrives once the work is done cannot turn a finished run into a traceback."""
     handle_termination()
+    code: int | None = None
     try:
-        return main()
-    finally:
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_IGN)
+        try:
+            code = main()
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_IGN)
+    except KeyboardInterrupt as exc:
+        # It came after main() was done: in the instant between its return and the line above
+        # (the work is finished; keep its exit code), or while main() was reporting an earlier
+        # interruption (that report is all there is to say).
+        if code is None:
+            return 128 + getattr(exc, "signum", signal.SIGINT)
+    assert code is not None  # main() returned
+    return code
 
 
 def _dispatch(args: argparse.Namespace) -> int:
