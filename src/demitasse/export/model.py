@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from demitasse.errors import DemitasseError
+from demitasse.export import model2vec, sentence_transformers
 from demitasse.export.model2vec import export_model2vec
 from demitasse.export.sentence_transformers import export_sentence_transformer
 from demitasse.model import CompressedModel
@@ -23,6 +24,8 @@ def export_model(
     vectors demitasse gives; ``dim`` sets the default output width (``truncate_dim``)."""
     if format not in FORMATS:
         raise DemitasseError(f"unknown export format {format!r}; known: {', '.join(FORMATS)}")
+    # Refuse an output that is not ours before the encoder loads.
+    (model2vec if format == "model2vec" else sentence_transformers).check_export_target(out)
     if not model.has_encoder:
         raise DemitasseError(
             "a vectors-only model has no encoder to export; sentence-transformers and "
