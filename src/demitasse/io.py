@@ -187,7 +187,8 @@ def _reject_constant(name: str) -> float:
 
 
 def read_json(path: str | Path) -> Any:
-    """Parse a JSON file strictly: no NaN/Infinity, no integers too large to be a float."""
+    """Parse a JSON file strictly: no NaN/Infinity, no integers too large to be a float, no
+    number too large for one (``1e999`` would be read as infinity)."""
 
     def finite_int(text: str) -> int:
         value = int(text)
@@ -195,8 +196,16 @@ def read_json(path: str | Path) -> Any:
             raise ValueError(f"integer {text[:20]}… is too large")
         return value
 
+    def finite_float(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(f"number {text[:20]} is too large")
+        return value
+
     text = Path(path).read_text(encoding="utf-8")
-    return json.loads(text, parse_constant=_reject_constant, parse_int=finite_int)
+    return json.loads(
+        text, parse_constant=_reject_constant, parse_int=finite_int, parse_float=finite_float
+    )
 
 
 def holds_output(path: Path, kind: str) -> bool:
