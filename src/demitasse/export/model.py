@@ -13,6 +13,13 @@ from demitasse.model import CompressedModel
 FORMATS = ("sentence-transformers", "model2vec")
 
 
+def _not_static() -> DemitasseError:
+    return DemitasseError(
+        "the model2vec format holds static models only; this model's encoder is a transformer "
+        "(use --format sentence-transformers)"
+    )
+
+
 def export_model(
     model: CompressedModel,
     out: str | Path,
@@ -31,13 +38,15 @@ def export_model(
             "a vectors-only model has no encoder to export; sentence-transformers and "
             "model2vec models turn texts into vectors (use 'demitasse transform' for vectors)"
         )
+    if dim is not None:
+        model.bytes_per_vector(dim)  # a one-line error for a width the model does not produce
+    if format == "model2vec" and model.encoder_kind != "static":  # known before it loads
+        raise _not_static()
     # Loading the encoder checks its files against the fingerprint recorded at fit time.
     if model.encoder.dim != model.input_dim:
         raise DemitasseError(
             f"the encoder gives {model.encoder.dim} dims but the model takes {model.input_dim}"
         )
-    if dim is not None:
-        model.bytes_per_vector(dim)  # a one-line error for a width the model does not produce
     if format == "model2vec":
         return _export_model2vec(model, out, dim)
     return export_sentence_transformer(
@@ -56,10 +65,7 @@ def _export_model2vec(model: CompressedModel, out: str | Path, dim: int | None) 
 
     encoder = model.encoder
     if not isinstance(encoder, StaticModel):
-        raise DemitasseError(
-            "the model2vec format holds static models only; this model's encoder is a "
-            "transformer (use --format sentence-transformers)"
-        )
+        raise _not_static()
     if model.compressor is not None or (dim is not None and dim != encoder.dim):
         raise DemitasseError(
             f"the model2vec format cannot carry a {model.method} compressor; export with "
