@@ -71,8 +71,8 @@ def test_eval_writes_table_records_and_plot(
 def test_a_failed_run_leaves_previous_results_intact(
     tiny_model: Path, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
+    out = tmp_path / "out"  # an earlier run's folder: results.json and report/
+    (out / "report").mkdir(parents=True)
     (out / "results.json").write_text("[]\n")
     _fails_cleanly(
         capsys,

@@ -15,6 +15,8 @@ Every file and folder demitasse writes goes through here:
   temporary files are removed on every one of them.
 - Temporary names are short (a hash of the target name), so any valid target name works, and
   results get the permissions a plain ``open``/``mkdir`` would give (umask respected).
+- An error raised while an output is written (a full disk, a library's complaint) names the
+  user's target, never the hidden temporary it was being written to.
 """
 
 from __future__ import annotations
@@ -60,29 +62,39 @@ def handle_termination() -> None:
 
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
-    """Defer SIGINT, SIGTERM and SIGHUP until the block is done, then deliver the first one.
+    """Hold SIGINT, SIGTERM and SIGHUP back for the block; they are delivered after it.
 
-    Python-level handlers, not a signal mask: a process with other threads (torch, OpenMP)
-    may have a signal delivered to one of them, which a mask on this thread would not stop.
+    Python runs signal handlers in the main thread, whichever thread the kernel gave the signal
+    to (blocking it in this thread alone would not do: torch and tokenizers run threads of their
+    own). So, in the main thread, the handlers are swapped for one that notes the signal, and
+    each noted signal goes to the handler it was meant for once the block is done. Elsewhere
+    no handler can interrupt the block.
     """
     if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread runs signal handlers, so nothing can interrupt here
+        yield
         return
-    pending: list[int] = []
-    previous = {
-        signum: handler
-        for signum in _HELD_SIGNALS
-        if (handler := signal.getsignal(signum)) is not None
-    }
-    for signum in previous:
-        signal.signal(signum, lambda received, _frame: pending.append(received))
+    noted: list[int] = []
+
+    def note(signum: int, _frame: object) -> None:
+        noted.append(signum)
+
+    previous: dict[int, Any] = {}
+    for signum in _HELD_SIGNALS:
+        handler = signal.getsignal(signum)
+        if handler is not None:  # None: set outside Python, which cannot be put back
+            previous[signum] = handler
+            signal.signal(signum, note)
     try:
         yield
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        if pending:
-            signal.raise_signal(pending[0])
+        for signum in dict.fromkeys(noted):
+            handler = previous[signum]
+            if callable(handler):
+                handler(signum, None)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), signum)  # the default action, now that it is safe
 
 
 def _umask() -> int:
@@ -109,6 +121,24 @@ def check_file_target(target: str | Path) -> Path:
     return target
 
 
+def _name_target(exc: BaseException, tmp: Path, target: Path) -> None:
+    """Rewrite ``exc`` in place so that it names ``target`` where it named ``tmp``: the hidden
+    temporary means nothing to the user, and is gone by the time they read the message."""
+    old, new = str(tmp), str(target)
+
+    def renamed(value: object) -> object:
+        return value.replace(old, new) if isinstance(value, str) else value
+
+    if any(isinstance(arg, str) and old in arg for arg in exc.args):
+        with contextlib.suppress(AttributeError, TypeError):
+            exc.args = tuple(renamed(arg) for arg in exc.args)
+    if isinstance(exc, OSError):
+        for attribute in ("filename", "filename2"):
+            value = getattr(exc, attribute, None)
+            if isinstance(value, str | os.PathLike):
+                setattr(exc, attribute, renamed(os.fspath(value)))
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | Path, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path beside ``target``; on success it replaces ``target``."""
@@ -122,7 +152,11 @@ def atomic_path(target: str | Path, suffix: str = "") -> Iterator[Path]:
             )
             os.close(fd)
             tmp = Path(tmp_name)
-        yield tmp
+        try:
+            yield tmp
+        except Exception as exc:
+            _name_target(exc, tmp, target)
+            raise
         tmp.chmod(0o666 & ~_umask())  # mkstemp makes 0600 files
         with signals_held():
             tmp.replace(target)
@@ -158,7 +192,8 @@ def _reject_constant(name: str) -> float:
 
 
 def read_json(path: str | Path) -> Any:
-    """Parse a JSON file strictly: no NaN/Infinity, no integers too large to be a float."""
+    """Parse a JSON file strictly: no NaN/Infinity, no integers too large to be a float, no
+    number too large for one (``1e999`` would be read as infinity)."""
 
     def finite_int(text: str) -> int:
         value = int(text)
@@ -166,8 +201,16 @@ def read_json(path: str | Path) -> Any:
             raise ValueError(f"integer {text[:20]}… is too large")
         return value
 
+    def finite_float(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(f"number {text[:20]} is too large")
+        return value
+
     text = Path(path).read_text(encoding="utf-8")
-    return json.loads(text, parse_constant=_reject_constant, parse_int=finite_int)
+    return json.loads(
+        text, parse_constant=_reject_constant, parse_int=finite_int, parse_float=finite_float
+    )
 
 
 def holds_output(path: Path, kind: str) -> bool:
@@ -226,7 +269,11 @@ def atomic_directory(
     try:
         with signals_held():  # a signal now would leave a temporary folder nobody removes
             tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=prefix, suffix=".tmp"))
-        yield tmp
+        try:
+            yield tmp
+        except Exception as exc:
+            _name_target(exc, tmp, target)
+            raise
         _open_permissions(tmp)
         (tmp / MARKER).write_text(strict_json({"kind": kind, "complete": True}) + "\n")
         with signals_held():

@@ -36,11 +36,12 @@ from demitasse.compress import (
     make_compressor,
     make_quantizer,
 )
+from demitasse.compress._arrays import check_finite
 from demitasse.compress._persist import CONFIG_FILE, demitasse_version, read_config
 from demitasse.data import check_texts
 from demitasse.encoders.base import Encoder
 from demitasse.errors import CompressorError, DataError, DemitasseError
-from demitasse.io import atomic_directory
+from demitasse.io import MARKER, atomic_directory, check_directory_target
 
 MODEL_KIND = "demitasse-model"
 FORMAT_VERSION = 1
@@ -360,8 +361,8 @@ class CompressedModel:
         expected = self._expected_width()
         if expected is not None and X.shape[1] != expected:
             raise DataError(f"vectors have {X.shape[1]} dimensions but this model takes {expected}")
-        if not np.isfinite(X).all():
-            raise DataError("vectors contain NaN or inf")
+        # NaN, inf, or a float64 too large for float32 (hashing and compressing cast to it).
+        check_finite(X, name="vectors")
         return X
 
     def _expected_width(self) -> int | None:
@@ -443,7 +444,7 @@ class CompressedModel:
         """Write the model directory atomically: config.json, compressor/, quantizer/."""
         path = Path(path)
         config = self.config()
-        with atomic_directory(path, kind="model", recognise=is_model_dir) as tmp:
+        with atomic_directory(path, kind="model", recognise=_earlier_model) as tmp:
             if self.compressor is not None:
                 self.compressor.save(tmp / COMPRESSOR_DIR)
             if self.quantizer is not None:
@@ -472,6 +473,19 @@ def is_model_dir(path: str | Path) -> bool:
         return _read_config(Path(path)).get("kind") == MODEL_KIND
     except DemitasseError:
         return False
+
+
+def check_model_target(path: str | Path) -> Path:
+    """``path`` as a Path if :meth:`CompressedModel.save` may write there (nothing, an empty
+    folder or an earlier saved model), else a one-line error: for callers that check first."""
+    return check_directory_target(path, kind="model", recognise=_earlier_model)
+
+
+def _earlier_model(path: Path) -> bool:
+    """A model saved before outputs carried a marker: its config.json says so, and the folder
+    holds nothing a save does not write (anything else there is someone's, and stays)."""
+    saved = {CONFIG_FILE, COMPRESSOR_DIR, QUANTIZER_DIR, MARKER}
+    return is_model_dir(path) and all(entry.name in saved for entry in path.iterdir())
 
 
 def _model_from_config(

@@ -30,7 +30,7 @@ from demitasse.cli.model_commands import (
     run_transform,
 )
 from demitasse.errors import DemitasseError
-from demitasse.io import atomic_directory, handle_termination
+from demitasse.io import atomic_directory, check_directory_target, handle_termination
 
 if TYPE_CHECKING:
     from demitasse.evaluation.grid import CompressorSpec
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 DEFAULT_DIMS = "384,256,128,64,32,16,8"
 STSB_TRAIN = "stsb-train"
 ENCODE_SPEED_TEXTS = 2000
+RESULTS_KIND = "evaluation results"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -277,11 +278,20 @@ def run() -> int:
     """The ``demitasse`` executable: SIGTERM and SIGHUP clean up as Ctrl-C does, and a signal
     that arrives once the work is done cannot turn a finished run into a traceback."""
     handle_termination()
+    code: int | None = None
     try:
-        code = main()
-    finally:
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_IGN)
+        try:
+            code = main()
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_IGN)
+    except KeyboardInterrupt as exc:
+        # It came after main() was done: in the instant between its return and the line above
+        # (the work is finished; keep its exit code), or while main() was reporting an earlier
+        # interruption (that report is all there is to say).
+        if code is None:
+            code = 128 + getattr(exc, "signum", signal.SIGINT)
+    assert code is not None  # main() returned
     if code >= 128:
         # Interrupted. A KeyboardInterrupt that passed through code run by PyRun_* (some
         # imports do) leaves CPython convinced it went unhandled, and it would then kill itself
@@ -315,9 +325,16 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _run_distill_static(args: argparse.Namespace) -> int:
+    from demitasse.compress._persist import check_saved_target
     from demitasse.export import export_model2vec
+    from demitasse.export.model2vec import check_export_target
+    from demitasse.static.model import METHOD as STATIC_MODEL
     from demitasse.static.pipeline import StaticRecipe, distill_static
 
+    # Outputs that would be refused at the end of a long run are refused now.
+    check_saved_target(args.out, STATIC_MODEL)
+    if args.model2vec:
+        check_export_target(args.model2vec)
     recipe = StaticRecipe(
         dim=args.dim,
         max_sentences=args.max_sentences,
@@ -345,15 +362,13 @@ def _run_train(args: argparse.Namespace) -> int:
         load_training_sets,
         make_objective,
     )
+    from demitasse.training.trainer import check_run_directory
 
     names = (
         [n.strip() for n in args.data.split(",") if n.strip()]
         if args.data is not None
         else list(DEFAULT_TRAINING_DATA)
     )
-    sets = load_training_sets(names, args.data_dir)
-    dev = load_stsb("dev", args.data_dir)
-    model = SentenceModel.load(args.model)
     espresso_options = (
         "compress_dim",
         "layer_weighting",
@@ -375,6 +390,11 @@ def _run_train(args: argparse.Namespace) -> int:
         options["matryoshka_dims"] = parse_int_list(options["matryoshka_dims"], "--matryoshka-dims")
     if options and args.method != "ese":
         raise DemitasseError(f"--{next(iter(options)).replace('_', '-')} applies to --method ese")
+    # The options and the run folder (a corrupt checkpoint) fail before data and model load.
+    check_run_directory(args.out)
+    sets = load_training_sets(names, args.data_dir)
+    dev = load_stsb("dev", args.data_dir)
+    model = SentenceModel.load(args.model)
     objective = make_objective(args.method, model.num_layers, model.dim, args.loss, **options)
     config = TrainingConfig(
         epochs=args.epochs,
@@ -444,6 +464,7 @@ def _evaluate_and_report(
     from demitasse.evaluation.suites import build_tasks, parse_task_names
 
     # Parse everything and read the data before the slow model load, so mistakes fail fast.
+    _check_results_target(out)
     specs = parse_compressor_specs(compressors)
     dim_list = parse_int_list(dims, "--dims")
     precision_list = parse_precisions(precisions)
@@ -484,7 +505,7 @@ def _write_results(records: list[ResultRecord], out: Path, title: str, started: 
     if not records:
         raise DemitasseError("nothing was evaluated: no configuration fits the model's width")
     # results.json, the plot and the report are one set, replaced together or not at all.
-    with atomic_directory(out, kind="evaluation results", recognise=_earlier_results) as tmp:
+    with atomic_directory(out, kind=RESULTS_KIND, recognise=_earlier_results) as tmp:
         write_records(tmp / "results.json", records)
         if any(r.task == "sts" for r in records):
             plot_sts_vs_dim(records, tmp / "sts_vs_dim.png", title=title)
@@ -499,6 +520,10 @@ def _write_results(records: list[ResultRecord], out: Path, title: str, started: 
         f"\n{len(records)} results in {outputs[0]}; plot and report: {', '.join(outputs[1:])} "
         f"({time.perf_counter() - started:.0f} s)"
     )
+
+
+def _check_results_target(out: Path) -> None:
+    check_directory_target(out, kind=RESULTS_KIND, recognise=_earlier_results)
 
 
 def _earlier_results(path: Path) -> bool:
@@ -524,6 +549,8 @@ def _evaluate_model_dir(args: argparse.Namespace) -> None:
     task_names = parse_task_names(args.tasks)
     if "efficiency" in task_names:
         raise DemitasseError("--tasks efficiency takes an encoder name, not a model directory")
+    out = Path(args.out or "demitasse-results")
+    _check_results_target(out)
     model = CompressedModel.load(args.model)
     dims = parse_int_list(args.dims, "--dims") if args.dims else None
     precisions = parse_precisions(args.precision) if args.precision else None
@@ -537,7 +564,7 @@ def _evaluate_model_dir(args: argparse.Namespace) -> None:
     records = evaluate_model(
         model, tasks, dims=dims, precisions=precisions, extra={"model_dir": args.model}
     )
-    _write_results(records, Path(args.out or "demitasse-results"), model.name, started)
+    _write_results(records, out, model.name, started)
 
 
 def _speed_records(

@@ -14,6 +14,7 @@ from demitasse.errors import DataError, DemitasseError
 
 if TYPE_CHECKING:
     from demitasse.data import BeirDataset
+    from demitasse.evaluation.grid import CompressorSpec
     from demitasse.model import CompressedModel
 
 PRECISION_CHOICES = ("float32", "int8", "binary")
@@ -101,12 +102,15 @@ def _output_options(parser: argparse.ArgumentParser) -> None:
 
 def run_fit(args: argparse.Namespace) -> int:
     from demitasse.data import load_embeddings, read_texts
-    from demitasse.model import CompressedModel
+    from demitasse.model import CompressedModel, check_model_target
 
     if (args.texts is None) == (args.vectors is None):
         raise DemitasseError("give --texts (with --model) or --vectors, one of the two")
     if args.vectors is not None and args.layer is not None and args.model is None:
         raise DemitasseError("--layer needs --model: the encoder whose layer made --vectors")
+    # Mistakes in the options and the output fail now, not after the encoder loads.
+    spec = _compressor_spec(args.method, args.dim)
+    check_model_target(args.out)
     texts_or_vectors: Any
     if args.texts is not None:
         texts_or_vectors = read_texts(args.texts, column=args.text_column)
@@ -123,7 +127,7 @@ def run_fit(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
     )  # fmt: skip
     width = texts_or_vectors.shape[1] if args.vectors is not None else model.input_dim
-    model.compressor = _build_compressor(args.method, args.dim, width)
+    model.compressor = None if spec is None else spec.build(width, args.dim)
     fit_data = args.fit_data or Path(args.texts or args.vectors).name
     if args.texts is not None:
         model.fit(texts_or_vectors, fit_data=fit_data, **supervision)
@@ -139,7 +143,8 @@ def run_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _build_compressor(method: str, dim: int | None, input_dim: int) -> Any:
+def _compressor_spec(method: str, dim: int | None) -> CompressorSpec | None:
+    """The one compressor ``--method`` names (None for ``none``), checked with ``--dim``."""
     from demitasse.cli.specs import parse_compressor_specs
 
     specs = parse_compressor_specs(method)
@@ -149,7 +154,7 @@ def _build_compressor(method: str, dim: int | None, input_dim: int) -> Any:
         if dim is not None:
             raise DemitasseError("--dim needs a compressor (--method truncate, pca, ...)")
         return None
-    return specs[0].build(input_dim, dim)
+    return specs[0]
 
 
 def _supervision(args: argparse.Namespace) -> dict[str, Any]:
@@ -200,9 +205,10 @@ def _relevant_pairs(dataset: BeirDataset) -> dict[str, Any]:
 
 
 def run_encode(args: argparse.Namespace) -> int:
-    from demitasse.data import read_texts
+    from demitasse.data import check_embeddings_target, read_texts
     from demitasse.model import CompressedModel
 
+    check_embeddings_target(args.output)  # a refused output name must not cost an encoding run
     model = CompressedModel.load(args.model, cache=False)
     model.bytes_per_vector(args.dim, args.precision)  # bad dim / precision: fail before work
     texts = read_texts(args.input, column=args.text_column, aligned=True)
@@ -213,9 +219,10 @@ def run_encode(args: argparse.Namespace) -> int:
 
 
 def run_transform(args: argparse.Namespace) -> int:
-    from demitasse.data import load_embeddings
+    from demitasse.data import check_embeddings_target, load_embeddings
     from demitasse.model import CompressedModel
 
+    check_embeddings_target(args.output)
     model = CompressedModel.load(args.model, cache=False)
     model.bytes_per_vector(args.dim, args.precision)
     vectors = load_embeddings(args.input, column=args.column)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 import json
+from collections.abc import Callable
 from numbers import Integral
 from pathlib import Path
 from typing import Any, Self
@@ -20,7 +21,7 @@ from sklearn.utils._param_validation import Interval
 
 from demitasse.compress._arrays import is_int, non_finite_array
 from demitasse.errors import CompressorError, one_line
-from demitasse.io import atomic_directory, read_json
+from demitasse.io import atomic_directory, check_directory_target, read_json
 
 CONFIG_FILE = "config.json"
 STATE_FILE = "state.safetensors"
@@ -144,6 +145,24 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
 
 
+def _saved_kind(config: dict[str, Any]) -> str:
+    return str(config.get("kind", config.get("method", "saved object")))
+
+
+def _earlier_save(kind: str) -> Callable[[Path], bool]:
+    def earlier_save(folder: Path) -> bool:  # saved before outputs carried a marker
+        saved = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+        return isinstance(saved, dict) and _saved_kind(saved) == kind
+
+    return earlier_save
+
+
+def check_saved_target(path: str | Path, kind: str) -> Path:
+    """``path`` as a Path if :func:`write_saved` may save a ``kind`` there (the ``kind`` or
+    ``method`` of its config), else a one-line error: for callers that check before working."""
+    return check_directory_target(path, kind=kind, recognise=_earlier_save(kind))
+
+
 def write_saved(
     path: str | Path,
     config: dict[str, Any],
@@ -153,12 +172,7 @@ def write_saved(
     """Atomically write ``config.json`` + ``state.safetensors`` (and any ``text_files``, by
     name) into the directory ``path``."""
     path = Path(path)
-    kind = str(config.get("kind", config.get("method", "saved object")))
-
-    def earlier_save(folder: Path) -> bool:  # saved before outputs carried a marker
-        saved = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
-        return isinstance(saved, dict) and saved.get("kind", saved.get("method")) == kind
-
+    kind = _saved_kind(config)
     try:
         text = json.dumps(
             config, indent=2, ensure_ascii=False, default=_json_default, allow_nan=False
@@ -171,7 +185,7 @@ def write_saved(
     if bad is not None:
         raise CompressorError(f"cannot save to {path}: {bad} holds NaN or inf")
     tensors = {name: np.ascontiguousarray(a) for name, a in arrays.items()}
-    with atomic_directory(path, kind=kind, recognise=earlier_save) as tmp:
+    with atomic_directory(path, kind=kind, recognise=_earlier_save(kind)) as tmp:
         (tmp / CONFIG_FILE).write_text(text + "\n", encoding="utf-8")
         save_file(tensors, str(tmp / STATE_FILE))
         for name, content in (text_files or {}).items():

@@ -6,7 +6,12 @@ Every user-caused problem raises :class:`DataError`.
 
 from demitasse.data.augment import perturb_sentence, perturb_sentences
 from demitasse.data.beir import BeirDataset, load_beir, load_retrieval
-from demitasse.data.embeddings import check_finite, load_embeddings, save_embeddings
+from demitasse.data.embeddings import (
+    check_embeddings_target,
+    check_finite,
+    load_embeddings,
+    save_embeddings,
+)
 from demitasse.data.files import check_texts, load_scored_pairs, read_corpus, read_texts
 from demitasse.data.hub import HUB_REPOS, load_hf_sts
 from demitasse.data.nli import NLI_LABELS, NLIPairs, Triples, load_snli, nli_triples
@@ -61,6 +66,7 @@ __all__ = [
     "ScoredPairs",
     "Triples",
     "canonical_sts_name",
+    "check_embeddings_target",
     "check_finite",
     "check_texts",
     "concat_pairs",

@@ -113,6 +113,20 @@ def check_finite(
             raise DataError(f"{name} contain NaN or inf (first at row {row})")
 
 
+def check_embeddings_target(path: str | Path) -> Path:
+    """``path`` as a Path if :func:`save_embeddings` may write there, else a one-line error:
+    checked before any work, so a bad output name never costs an encoding run."""
+    from demitasse.io import check_file_target
+
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".npy", ".parquet"):
+        raise DataError(f"{path}: unsupported output type; use .npy or .parquet")
+    if path.is_dir() and not path.is_symlink():
+        raise DataError(f"{path} is a directory; give a file name ending in {suffix}")
+    return check_file_target(path)
+
+
 def save_embeddings(
     path: str | Path,
     vectors: np.ndarray,
@@ -128,13 +142,8 @@ def save_embeddings(
     """
     from demitasse.io import atomic_npy, atomic_path
 
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in (".npy", ".parquet"):
-        raise DataError(f"{path}: unsupported output type; use .npy or .parquet")
-    if path.is_dir():
-        raise DataError(f"{path} is a directory; give a file name ending in {suffix}")
-    if suffix == ".npy":
+    path = check_embeddings_target(path)
+    if path.suffix.lower() == ".npy":
         with atomic_npy(path, vectors.shape, vectors.dtype.str) as out:
             out[:] = vectors
         return path

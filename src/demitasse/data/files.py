@@ -99,7 +99,7 @@ def read_texts(
             texts.append(text)
             if limit is not None and len(texts) >= limit:
                 break
-    if not texts:
+    if not any(texts):  # blank lines only (kept as "" when aligned) are no texts either
         raise DataError(f"{path}: no text found")
     return texts
 

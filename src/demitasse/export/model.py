@@ -5,11 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from demitasse.errors import DemitasseError
+from demitasse.export import model2vec, sentence_transformers
 from demitasse.export.model2vec import export_model2vec
 from demitasse.export.sentence_transformers import export_sentence_transformer
 from demitasse.model import CompressedModel
 
 FORMATS = ("sentence-transformers", "model2vec")
+
+
+def _not_static() -> DemitasseError:
+    return DemitasseError(
+        "the model2vec format holds static models only; this model's encoder is a transformer "
+        "(use --format sentence-transformers)"
+    )
 
 
 def export_model(
@@ -23,18 +31,22 @@ def export_model(
     vectors demitasse gives; ``dim`` sets the default output width (``truncate_dim``)."""
     if format not in FORMATS:
         raise DemitasseError(f"unknown export format {format!r}; known: {', '.join(FORMATS)}")
+    # Refuse an output that is not ours before the encoder loads.
+    (model2vec if format == "model2vec" else sentence_transformers).check_export_target(out)
     if not model.has_encoder:
         raise DemitasseError(
             "a vectors-only model has no encoder to export; sentence-transformers and "
             "model2vec models turn texts into vectors (use 'demitasse transform' for vectors)"
         )
+    if dim is not None:
+        model.bytes_per_vector(dim)  # a one-line error for a width the model does not produce
+    if format == "model2vec" and model.encoder_kind != "static":  # known before it loads
+        raise _not_static()
     # Loading the encoder checks its files against the fingerprint recorded at fit time.
     if model.encoder.dim != model.input_dim:
         raise DemitasseError(
             f"the encoder gives {model.encoder.dim} dims but the model takes {model.input_dim}"
         )
-    if dim is not None:
-        model.bytes_per_vector(dim)  # a one-line error for a width the model does not produce
     if format == "model2vec":
         return _export_model2vec(model, out, dim)
     assert model.encoder_source is not None  # has_encoder was checked above
@@ -54,9 +66,6 @@ def _export_model2vec(model: CompressedModel, out: str | Path, dim: int | None) 
 
     encoder = model.encoder
     if not isinstance(encoder, StaticModel):
-        raise DemitasseError(
-            "the model2vec format holds static models only; this model's encoder is a "
-            "transformer (use --format sentence-transformers)"
-        )
+        raise _not_static()
     # A bias-free linear compressor folds into the word vectors; others are refused there.
     return export_model2vec(encoder, out, compressor=model.compressor, dim=dim)

@@ -20,10 +20,19 @@ from safetensors.numpy import save_file
 
 from demitasse.compress import Compressor
 from demitasse.errors import ExportError
-from demitasse.io import atomic_directory
+from demitasse.io import atomic_directory, check_directory_target
 from demitasse.static.model import StaticModel
 
 EXPORT_INFO = "demitasse_export.json"
+
+
+EXPORT_KIND = "model2vec export"
+
+
+def check_export_target(out: str | Path) -> Path:
+    """``out`` as a Path if a model2vec export may be written there (nothing, an empty folder
+    or an earlier export), else a one-line error."""
+    return check_directory_target(out, kind=EXPORT_KIND, recognise=_earlier_export)
 
 
 def export_model2vec(
@@ -35,6 +44,7 @@ def export_model2vec(
 ) -> Path:
     """Export a :class:`StaticModel` (or the directory it was saved to) to ``out``, with a
     fitted bias-free linear ``compressor`` (truncate, random) at ``dim`` folded in."""
+    check_export_target(out)
     if not isinstance(model, StaticModel):
         model = StaticModel.load(model)
     compressed = None
@@ -65,7 +75,7 @@ def export_model2vec(
                 "type": "sentence_transformers.models.Normalize",
             }
         )
-    with atomic_directory(out, kind="model2vec export", recognise=_earlier_export) as tmp:
+    with atomic_directory(out, kind=EXPORT_KIND, recognise=_earlier_export) as tmp:
         save_file(
             {"embeddings": np.ascontiguousarray(model.vectors)}, str(tmp / "model.safetensors")
         )

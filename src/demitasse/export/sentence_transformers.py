@@ -32,11 +32,20 @@ from demitasse.compress import BinaryQuantizer, Compressor, Int8Quantizer, Quant
 from demitasse.compress.base import AffineMap
 from demitasse.encoders.transformer import TransformerEncoder, layer_stack, load_encoder
 from demitasse.errors import ExportError
-from demitasse.io import atomic_directory
+from demitasse.io import atomic_directory, check_directory_target
 
 EXPORT_INFO = "demitasse_export.json"
 INT8_RANGES = "int8_ranges.safetensors"
 BINARY_THRESHOLDS = "binary_thresholds.safetensors"
+
+
+EXPORT_KIND = "sentence-transformers export"
+
+
+def check_export_target(out: str | Path) -> Path:
+    """``out`` as a Path if an export may be written there (nothing, an empty folder or an
+    earlier export), else a one-line error."""
+    return check_directory_target(out, kind=EXPORT_KIND, recognise=_earlier_export)
 
 
 def export_sentence_transformer(
@@ -59,6 +68,7 @@ def export_sentence_transformer(
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.base.modules import Normalize
 
+    check_export_target(out)  # before the slow part: a refused output costs nothing
     encoder = load_encoder(model, cache=False, device="cpu")
     if not isinstance(encoder, TransformerEncoder):
         raise ExportError(f"{model} is a static model; export it with export_model2vec")
@@ -92,9 +102,7 @@ def export_sentence_transformer(
         "trust_remote_code": custom,
         "quantization": None,
     }
-    with atomic_directory(
-        out, kind="sentence-transformers export", recognise=_earlier_export
-    ) as tmp:
+    with atomic_directory(out, kind=EXPORT_KIND, recognise=_earlier_export) as tmp:
         st.save(str(tmp), create_model_card=False)
         # sentence-transformers ignores keys it does not know and drops them on a re-save.
         config_path = tmp / "config_sentence_transformers.json"

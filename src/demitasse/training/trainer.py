@@ -329,6 +329,17 @@ class _Checkpoint:
         return state
 
 
+def check_run_directory(output_dir: str | Path) -> None:
+    """Fail now, in one line, on a run folder :func:`fine_tune` could not use: a file under
+    that name, or a checkpoint whose state cannot be read (before data and model load)."""
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise DemitasseError(f"{output_dir} is not a folder; training writes a run folder there")
+    checkpoint = _Checkpoint(output_dir / "checkpoint")
+    if checkpoint.exists():
+        checkpoint.read_state()
+
+
 def _part_prefix(part: int) -> str:
     """Key prefix of an update part's optimiser moments (none for the first, as before parts)."""
     return f"part{part}:" if part else ""
