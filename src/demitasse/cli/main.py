@@ -28,7 +28,7 @@ from demitasse.cli.model_commands import (
     run_fit,
     run_transform,
 )
-from demitasse.errors import DemitasseError
+from demitasse.errors import DemitasseError, single_line
 from demitasse.io import atomic_directory, handle_termination
 
 if TYPE_CHECKING:
@@ -42,7 +42,8 @@ ENCODE_SPEED_TEXTS = 2000
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"demitasse: error: {message}\n")
+        # argparse quotes some arguments as typed ("unrecognized arguments: ..."): one line.
+        self.exit(2, f"demitasse: error: {single_line(message)}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -290,7 +291,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(f"demitasse: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"demitasse: error: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)
+        message = f"{exc.strerror or exc}: {exc.filename or ''}"
+        print(f"demitasse: error: {single_line(message)}", file=sys.stderr)
         return 2
 
 
