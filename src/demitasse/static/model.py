@@ -146,12 +146,17 @@ class StaticModel:
             tokenizer = Tokenizer.from_file(str(Path(path) / TOKENIZER_FILE))
         except Exception as exc:  # tokenizers raises plain Exceptions
             raise DemitasseError(f"{path}: cannot read {TOKENIZER_FILE}: {one_line(exc)}") from None
+        metadata = config.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise DemitasseError(
+                f"invalid {CONFIG_FILE} in {path}: 'metadata' should be dict, got {metadata!r}"
+            )
         return cls(
             vectors,
             tokenizer,
             name=require(config, "name", "str", path),
             normalize=require(config, "normalize", "bool", path),
-            metadata=config.get("metadata") or {},
+            metadata=metadata,
         )
 
 
