@@ -167,7 +167,7 @@ def is_static_model_dir(path: str | Path) -> bool:
         return False
     try:
         return json.loads(config.read_text(encoding="utf-8")).get("method") == METHOD
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return False
 
 
