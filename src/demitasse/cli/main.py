@@ -239,7 +239,7 @@ def _warn_in_one_line(
     line: str | None = None,
 ) -> None:
     # Python's default shows the source file and line: noise for a command-line user.
-    print(f"demitasse: warning: {message}", file=file or sys.stderr)
+    print(f"demitasse: warning: {single_line(str(message))}", file=file or sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
