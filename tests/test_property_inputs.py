@@ -950,7 +950,7 @@ VECTORS = st.sampled_from(
     ["@vectors", "@narrow", "@f16", "@int", "@parquet", "@junk", "@missing", "@emptydir", "@texts"]
 )
 OUTPUTS = st.sampled_from(
-    ["@out.npy", "@out.parquet", "@out.txt", "@emptydir", "@model", "@newdir/x.npy"]
+    ["@out.npy", "@out.parquet", "@out.txt", "@emptydir", "@model", "@newdir/x.npy", "@vectors/x"]
 )
 WORDS = st.text(max_size=6) | st.sampled_from(["0", "1", "3", "-2", "1e9", "nan", "int8", "x\ny"])
 DIMS = st.sampled_from(["1", "2", "4", "8", "0", "-1", "99", "x", "9" * 5000])
