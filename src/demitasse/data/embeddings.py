@@ -13,9 +13,9 @@ from demitasse.data._tables import check_parquet_columns
 from demitasse.data._text import require_file
 from demitasse.errors import DataError, one_line
 
-#: What numpy's .npy header reader raises for a mangled header (it tokenises and evaluates the
-#: header as a Python literal).
-_NPY_HEADER_ERRORS = (ValueError, SyntaxError, TokenError, OverflowError, RecursionError, EOFError)
+#: What numpy's .npy header reader raises for a header with wrong values (a header that is no
+#: Python literal raises SyntaxError, TokenError or RecursionError: "malformed header").
+_NPY_HEADER_ERRORS = (ValueError, OverflowError, EOFError)
 _NPY_HEADER_READERS = {
     (1, 0): np.lib.format.read_array_header_1_0,
     (2, 0): np.lib.format.read_array_header_2_0,
@@ -36,6 +36,8 @@ def _npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
             if reader is None:
                 raise ValueError(f"unsupported format version {version[0]}.{version[1]}")
             shape, _, dtype = reader(f)
+        except (SyntaxError, TokenError, RecursionError):  # the header is no Python literal
+            raise DataError(f"{path}: not a readable .npy file (malformed header)") from None
         except _NPY_HEADER_ERRORS as exc:
             raise DataError(f"{path}: not a readable .npy file ({one_line(exc)})") from None
         offset = f.tell()
