@@ -8,9 +8,25 @@ scikit-learn (and its estimator checks) expect for bad input to an estimator.
 
 from __future__ import annotations
 
+#: What ``str.splitlines`` splits on, written as the escapes ``repr`` would use.
+_LINE_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"}
+
+
+def single_line(text: str) -> str:
+    """``text`` with any line break written as an escape (``\\n``): a file name or a value
+    the user typed may hold one, and must not break a message in two."""
+    return text.translate(_LINE_BREAKS)
+
 
 class DemitasseError(Exception):
-    """A problem with the user's input or environment, explained in one line."""
+    """A problem with the user's input or environment, explained in one line.
+
+    Line breaks in the names and values a message quotes (a file name may hold one) are
+    written as escapes (:func:`single_line`).
+    """
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(single_line(a) if isinstance(a, str) else a for a in args))
 
 
 class DataError(DemitasseError, ValueError):

@@ -26,6 +26,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import stat
@@ -191,9 +192,15 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
 
+#: A ``\\ud800``-``\\udfff`` escape: half of a surrogate pair, or a lone surrogate (no text).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
 def read_json(path: str | Path) -> Any:
     """Parse a JSON file strictly: no NaN/Infinity, no integers too large to be a float, no
-    number too large for one (``1e999`` would be read as infinity)."""
+    number too large for one (``1e999`` would be read as infinity), or a string holding a lone
+    surrogate (``"\\ud800"`` is valid JSON but not text: it cannot be written to a UTF-8 file,
+    nor drawn)."""
 
     def finite_int(text: str) -> int:
         value = int(text)
@@ -208,9 +215,18 @@ def read_json(path: str | Path) -> Any:
         return value
 
     text = Path(path).read_text(encoding="utf-8")
-    return json.loads(
+    value = json.loads(
         text, parse_constant=_reject_constant, parse_int=finite_int, parse_float=finite_float
     )
+    if _SURROGATE_ESCAPE.search(text):  # rare: then check whether every one is half of a pair
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            bad = exc.object[exc.start]
+            raise ValueError(
+                f"a string holds the lone surrogate {bad!r}, which is not text"
+            ) from None
+    return value
 
 
 def holds_output(path: Path, kind: str) -> bool:
@@ -245,7 +261,7 @@ def check_directory_target(
         try:
             if recognise(target):
                 return target
-        except (OSError, ValueError, DemitasseError):
+        except (OSError, ValueError, RecursionError, DemitasseError):
             pass
     raise DemitasseError(
         f"refusing to replace {target}: it holds files that are not a demitasse {kind}; "

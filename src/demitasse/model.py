@@ -190,9 +190,12 @@ class CompressedModel:
     def dims(self) -> list[int]:
         """Every width ``encode``/``transform`` accepts, widest first."""
         top = self.output_dim
-        if self.compressor is None or not self.compressor.matryoshka:
-            return [top]
-        return list(range(top, 0, -1))
+        return list(range(top, 0, -1)) if self._matryoshka else [top]
+
+    @property
+    def _matryoshka(self) -> bool:
+        """Whether every width up to ``output_dim`` is available (not only the full one)."""
+        return self.compressor is not None and self.compressor.matryoshka and self.output_dim > 1
 
     @property
     def precisions(self) -> list[str]:
@@ -342,8 +345,9 @@ class CompressedModel:
             return self.output_dim, precision
         if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or dim < 1:
             raise CompressorError(f"dim must be a positive integer, got {dim!r}")
-        if int(dim) not in self.dims:
-            supported = f"1..{self.output_dim}" if len(self.dims) > 1 else str(self.output_dim)
+        # Not ``dim in self.dims``: a corrupt config may claim a width of 10**12.
+        if dim > self.output_dim or (dim != self.output_dim and not self._matryoshka):
+            supported = f"1..{self.output_dim}" if self._matryoshka else str(self.output_dim)
             raise CompressorError(
                 f"dim {dim} is not available: this model produces {supported} dimensions"
             )
@@ -435,7 +439,7 @@ class CompressedModel:
             "normalize": self.normalize,
             "batch_size": self.batch_size,
             "output_dim": self.output_dim,
-            "matryoshka": len(self.dims) > 1,
+            "matryoshka": self._matryoshka,
             "precisions": self.precisions,
             "fit": self.fit_info,
         }

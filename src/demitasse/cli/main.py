@@ -29,7 +29,7 @@ from demitasse.cli.model_commands import (
     run_fit,
     run_transform,
 )
-from demitasse.errors import DemitasseError
+from demitasse.errors import DemitasseError, single_line
 from demitasse.io import atomic_directory, check_directory_target, handle_termination
 
 if TYPE_CHECKING:
@@ -44,7 +44,8 @@ RESULTS_KIND = "evaluation results"
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"demitasse: error: {message}\n")
+        # argparse quotes some arguments as typed ("unrecognized arguments: ..."): one line.
+        self.exit(2, f"demitasse: error: {single_line(message)}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -240,7 +241,7 @@ def _warn_in_one_line(
     line: str | None = None,
 ) -> None:
     # Python's default shows the source file and line: noise for a command-line user.
-    print(f"demitasse: warning: {message}", file=file or sys.stderr)
+    print(f"demitasse: warning: {single_line(str(message))}", file=file or sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -320,7 +321,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(f"demitasse: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"demitasse: error: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)
+        message = f"{exc.strerror or exc}: {exc.filename or ''}"
+        print(f"demitasse: error: {single_line(message)}", file=sys.stderr)
         return 2
 
 

@@ -7,13 +7,12 @@ formats, "row 6", 0-based, in Parquet) and ``values`` the requested columns in o
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from demitasse.data._text import GZIP_ERRORS, iter_lines, open_text
-from demitasse.errors import DataError
+from demitasse.data._text import GZIP_ERRORS, iter_lines, open_text, parse_json_line
+from demitasse.errors import DataError, one_line
 
 TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
 
@@ -44,6 +43,17 @@ def missing_columns(path: Path, columns: Sequence[str], present: Sequence[str]) 
     missing = ", ".join(repr(c) for c in columns if c not in present)
     found = ", ".join(repr(c) for c in present) or "none"
     return DataError(f"{path}: missing column(s) {missing}; the file has {found}")
+
+
+def check_parquet_columns(path: Path, columns: Sequence[str], names: Sequence[str]) -> None:
+    """Each of ``columns`` must be among a Parquet file's column ``names``, once."""
+    if any(c not in names for c in columns):
+        raise missing_columns(path, columns, names)
+    repeated = next((c for c in columns if names.count(c) > 1), None)
+    if repeated is not None:
+        raise DataError(
+            f"{path}: {names.count(repeated)} columns are named {repeated!r}; rename all but one"
+        )
 
 
 def _csv_rows(path: Path, columns: Sequence[str], delimiter: str, quoting: int) -> Rows:
@@ -81,11 +91,11 @@ def _delimited_rows(path: Path, columns: Sequence[str], delimiter: str) -> Rows:
             rows = list(_csv_rows(path, columns, delimiter, csv.QUOTE_NONE))
     except csv.Error as exc:
         kind = "TSV" if delimiter == "\t" else "CSV"
-        raise DataError(f"{path}: malformed {kind} ({exc})") from exc
+        raise DataError(f"{path}: malformed {kind} ({one_line(exc)})") from exc
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: not valid UTF-8") from exc
     except GZIP_ERRORS as exc:
-        raise DataError(f"{path}: not a valid gzip file ({exc})") from exc
+        raise DataError(f"{path}: not a valid gzip file ({one_line(exc)})") from exc
     yield from rows
 
 
@@ -95,10 +105,7 @@ def _jsonl_rows(path: Path, columns: Sequence[str]) -> Rows:
         if not line.strip():
             continue
         empty = False
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}: line {lineno}: invalid JSON ({exc.msg})") from None
+        record = parse_json_line(line, f"{path}: line {lineno}")
         if not isinstance(record, dict):
             raise DataError(f"{path}: line {lineno}: expected a JSON object")
         if any(c not in record for c in columns):
@@ -113,13 +120,19 @@ def _parquet_rows(path: Path, columns: Sequence[str]) -> Rows:
     import pyarrow.parquet as pq
 
     try:
-        names = pq.read_schema(path).names
-        if any(c not in names for c in columns):
-            raise missing_columns(path, columns, names)
+        check_parquet_columns(path, columns, pq.read_schema(path).names)
         table = pq.read_table(path, columns=list(columns))
     except (pa.ArrowException, OSError) as exc:
-        raise DataError(f"{path}: not a readable Parquet file ({exc})") from exc
-    data = [table.column(c).to_pylist() for c in columns]
+        raise DataError(f"{path}: not a readable Parquet file ({one_line(exc)})") from exc
+    data = []
+    for c in columns:
+        try:
+            data.append(table.column(c).to_pylist())
+        except (pa.ArrowException, ValueError, OverflowError) as exc:  # e.g. a year 30000 date
+            raise DataError(
+                f"{path}: column {c!r} of type {table.column(c).type} cannot be read "
+                f"({one_line(exc)})"
+            ) from None
     for i in range(table.num_rows):
         yield f"row {i}", [col[i] for col in data]
 

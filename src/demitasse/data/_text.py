@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import gzip
+import json
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
-from demitasse.errors import DataError
+from demitasse.errors import DataError, one_line
 
 # What a truncated or non-gzip ``*.gz`` file raises while being read.
 GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
@@ -66,4 +67,16 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: line {lineno} is not valid UTF-8") from exc
     except GZIP_ERRORS as exc:
-        raise DataError(f"{path}: not a valid gzip file ({exc})") from exc
+        raise DataError(f"{path}: not a valid gzip file ({one_line(exc)})") from exc
+
+
+def parse_json_line(line: str, where: str) -> Any:
+    """One JSON Lines record, or a one-line DataError that starts with ``where``."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{where}: invalid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise DataError(f"{where}: invalid JSON (nested too deeply)") from None
+    except ValueError as exc:  # a number of more than 4300 digits
+        raise DataError(f"{where}: invalid JSON ({one_line(exc)})") from None

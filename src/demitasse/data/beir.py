@@ -8,13 +8,12 @@ BEIR and MTEB do; only queries judged in the split are kept, as BEIR evaluates n
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from demitasse.data._text import iter_lines
+from demitasse.data._text import iter_lines, parse_json_line
 from demitasse.errors import DataError
 
 # The spelling MTEB and the BEIR paper use, so records name data sets as papers print them.
@@ -71,10 +70,7 @@ def _records(path: Path, fields: tuple[str, ...]) -> Iterator[tuple[int, dict[st
     for lineno, line in iter_lines(path):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+        record = parse_json_line(line, f"{path}:{lineno}")
         if not isinstance(record, dict):
             raise DataError(f"{path}:{lineno}: expected a JSON object")
         for name in fields:

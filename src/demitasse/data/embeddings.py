@@ -2,33 +2,69 @@
 
 from __future__ import annotations
 
+import math
+import sys
 from pathlib import Path
+from tokenize import TokenError
 
 import numpy as np
 
-from demitasse.data._tables import missing_columns
+from demitasse.data._tables import check_parquet_columns
 from demitasse.data._text import require_file
-from demitasse.errors import DataError
+from demitasse.errors import DataError, one_line
+
+#: What numpy's .npy header reader raises for a header with wrong values (a header that is no
+#: Python literal raises SyntaxError, TokenError or RecursionError: "malformed header").
+_NPY_HEADER_ERRORS = (ValueError, OverflowError, EOFError)
+_NPY_HEADER_READERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+}
 
 
-def _load_npy(path: Path) -> np.ndarray:
+def _npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
+    """Shape, dtype and data offset of a .npy file, checked against the file's size before
+    anything is memory-mapped (a header may promise any shape)."""
     with path.open("rb") as f:
         # np.load would try to unpickle anything without this prefix.
         if f.read(6) != b"\x93NUMPY":
             raise DataError(f"{path}: not a readable .npy file (no NumPy header)")
+        f.seek(0)
+        try:
+            version = np.lib.format.read_magic(f)
+            reader = _NPY_HEADER_READERS.get(version)
+            if reader is None:
+                raise ValueError(f"unsupported format version {version[0]}.{version[1]}")
+            shape, _, dtype = reader(f)
+        except (SyntaxError, TokenError, RecursionError):  # the header is no Python literal
+            raise DataError(f"{path}: not a readable .npy file (malformed header)") from None
+        except _NPY_HEADER_ERRORS as exc:
+            raise DataError(f"{path}: not a readable .npy file ({one_line(exc)})") from None
+        offset = f.tell()
+    if dtype.hasobject:
+        raise DataError(f"{path}: holds Python objects, not numbers")
+    if dtype.kind not in "fiu":
+        raise DataError(f"{path}: dtype {dtype} is not numeric")
+    if any(n < 0 or n > sys.maxsize for n in shape):
+        raise DataError(f"{path}: not a readable .npy file (invalid shape {shape})")
+    needed = offset + math.prod(shape) * dtype.itemsize
+    if path.stat().st_size < needed:
+        raise DataError(
+            f"{path}: truncated .npy file: shape {shape} of {dtype} needs {needed} bytes, "
+            f"the file has {path.stat().st_size}"
+        )
+    return shape, dtype, offset
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    _npy_header(path)
     try:
         # Memory-mapped so a 10M x 768 file costs no RAM until read; never unpickle.
         array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except ValueError as exc:
-        if "pickle" in str(exc).lower():
-            raise DataError(f"{path}: holds Python objects, not numbers") from exc
-        raise DataError(f"{path}: not a readable .npy file ({exc})") from exc
-    except (OSError, EOFError) as exc:
-        raise DataError(f"{path}: not a readable .npy file ({exc})") from exc
+    except (ValueError, OSError, EOFError) as exc:
+        raise DataError(f"{path}: not a readable .npy file ({one_line(exc)})") from exc
     if not isinstance(array, np.ndarray):
         raise DataError(f"{path}: not a .npy array")
-    if array.dtype.kind not in "fiu":
-        raise DataError(f"{path}: dtype {array.dtype} is not numeric")
     return array
 
 
@@ -38,12 +74,10 @@ def _load_parquet(path: Path, column: str) -> np.ndarray:
     import pyarrow.parquet as pq
 
     try:
-        schema = pq.read_schema(path)
-        if column not in schema.names:
-            raise missing_columns(path, [column], schema.names)
+        check_parquet_columns(path, [column], pq.read_schema(path).names)
         array = pq.read_table(path, columns=[column]).column(column).combine_chunks()
     except (pa.ArrowException, OSError) as exc:
-        raise DataError(f"{path}: not a readable Parquet file ({exc})") from exc
+        raise DataError(f"{path}: not a readable Parquet file ({one_line(exc)})") from exc
     kind = array.type
     if not (
         pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)

@@ -30,6 +30,8 @@ def _score(value: Any, path: Path, where: str, column: str) -> float:
         score = float(value)
     except (TypeError, ValueError):
         raise DataError(f"{path}: {where}: {column!r} is {value!r}, not a number") from None
+    except OverflowError:  # an integer of more than 308 digits
+        score = math.inf
     if not math.isfinite(score):
         raise DataError(f"{path}: {where}: {column!r} is {value!r}, not a finite number")
     return score

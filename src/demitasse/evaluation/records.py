@@ -66,8 +66,17 @@ class ResultRecord:
 UNDEFINED_SCORE = "the metric is undefined for these inputs (e.g. constant gold scores)"
 
 
+#: numpy.finfo(numpy.float32).max: no metric comes near it, and a plot cannot span ±1e308.
+LARGEST_SCORE = 3.4028234663852886e38
+
+
 def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and abs(value) <= LARGEST_SCORE
+    )
 
 
 def _count(value: Any) -> bool:

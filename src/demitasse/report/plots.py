@@ -6,9 +6,10 @@ scatter plots) per precision, so figures of one report read alike. Each is writt
 
 from __future__ import annotations
 
+import functools
 import math
 import textwrap
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -46,6 +47,18 @@ MAX_ANNOTATED_CELLS = 160
 ENCODING = "encoding speed"
 
 Colours = Mapping[str, tuple[float, ...]]
+
+
+def _plain_text(plot: Callable[..., Path]) -> Callable[..., Path]:
+    """Draw every text of the plot as typed: names in records are no TeX, so a "$" in one must
+    be neither parsed as math nor fail to parse (``"$}$"`` made matplotlib raise)."""
+
+    @functools.wraps(plot)
+    def plain(*args: object, **kwargs: object) -> Path:
+        with plt.rc_context({"text.parse_math": False}):
+            return plot(*args, **kwargs)
+
+    return plain
 
 
 @dataclass(frozen=True)
@@ -113,6 +126,7 @@ def encode_points(records: Sequence[ResultRecord], task: str) -> list[Point]:
     ]
 
 
+@_plain_text
 def plot_quality_vs_dim(
     records: Sequence[ResultRecord],
     path: str | Path,
@@ -133,6 +147,7 @@ def plot_quality_vs_dim(
     )
 
 
+@_plain_text
 def plot_quality_vs_bytes(
     records: Sequence[ResultRecord],
     path: str | Path,
@@ -143,14 +158,20 @@ def plot_quality_vs_bytes(
 ) -> Path:
     """Headline quality against bytes per stored vector, so precisions compare at equal memory."""
     best = _headline_or_fail(records, task)
-    size = {config_key(r): r.bytes_per_vector for r in records if r.task == task}
-    xs = {key: float(bytes_) for key in best.scores if (bytes_ := size.get(key))}
+    xs = vector_sizes(records, best)
     if not xs:
         raise DataError(f"no {task} records carry bytes_per_vector to plot")
     colours = colours or method_colours(key[2] for key in xs)
     return _line_panels(best, xs, "bytes per vector", Path(path), title, colours)
 
 
+def vector_sizes(records: Sequence[ResultRecord], best: Headline) -> dict[ConfigKey, float]:
+    """Bytes per stored vector of each configuration of ``best`` whose records give it."""
+    size = {config_key(r): r.bytes_per_vector for r in records if r.task == best.task}
+    return {key: float(size[key]) for key in best.scores if size.get(key)}
+
+
+@_plain_text
 def plot_quality_vs_search_speed(
     records: Sequence[ResultRecord],
     path: str | Path,
@@ -176,6 +197,7 @@ def plot_quality_vs_search_speed(
     return _pareto_plot(records, task, points, label, Path(path), title, colours, "search speed")
 
 
+@_plain_text
 def plot_quality_vs_encode_speed(
     records: Sequence[ResultRecord],
     path: str | Path,
@@ -198,6 +220,7 @@ def plot_quality_vs_encode_speed(
     )
 
 
+@_plain_text
 def plot_layer_heatmap(
     records: Sequence[ResultRecord],
     path: str | Path,
@@ -250,6 +273,7 @@ def plot_layer_heatmap(
     return save_figure(fig, Path(path))
 
 
+@_plain_text
 def plot_matrix_heatmap(
     matrix: np.ndarray,
     rows: Sequence[str],
@@ -282,6 +306,7 @@ def plot_matrix_heatmap(
     return save_figure(fig, Path(path))
 
 
+@_plain_text
 def plot_sts_vs_dim(records: Sequence[ResultRecord], path: str | Path, title: str = "") -> Path:
     """STS average against dimension: one line per compressor and precision, a panel per layer."""
     return plot_quality_vs_dim(records, path, "sts", title=title)

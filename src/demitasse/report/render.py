@@ -30,6 +30,7 @@ from demitasse.report.plots import (
     quality_label,
     search_speeds,
     speed_points,
+    vector_sizes,
 )
 from demitasse.report.tables import (
     EFFICIENCY,
@@ -184,7 +185,7 @@ def _task_figures(
             f"{what} against dimensions, a panel per layer.",
         )
     )
-    if any(r.task == task and r.bytes_per_vector for r in records):
+    if vector_sizes(records, best):  # not any record's: the headline configurations
         path = plot_quality_vs_bytes(
             records,
             figures_dir / f"{stem}-vs-bytes.png",

@@ -146,12 +146,17 @@ class StaticModel:
             tokenizer = Tokenizer.from_file(str(Path(path) / TOKENIZER_FILE))
         except Exception as exc:  # tokenizers raises plain Exceptions
             raise DemitasseError(f"{path}: cannot read {TOKENIZER_FILE}: {one_line(exc)}") from None
+        metadata = config.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise DemitasseError(
+                f"invalid {CONFIG_FILE} in {path}: 'metadata' should be dict, got {metadata!r}"
+            )
         return cls(
             vectors,
             tokenizer,
             name=require(config, "name", "str", path),
             normalize=require(config, "normalize", "bool", path),
-            metadata=config.get("metadata") or {},
+            metadata=metadata,
         )
 
 
@@ -162,7 +167,7 @@ def is_static_model_dir(path: str | Path) -> bool:
         return False
     try:
         return json.loads(config.read_text(encoding="utf-8")).get("method") == METHOD
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return False
 
 
