@@ -558,7 +558,10 @@ def test_6_ctrl_c_just_after_the_work_finished(files: dict[str, Path], tmp_path:
     assert "work done with 0" in completed.stdout
     # The interruption is reported as one (exit code 130), or not at all: the work was done.
     assert (completed.returncode, completed.stderr.count("\n")) in ((0, 0), (130, 0), (130, 1))
-    assert f"run returned {completed.returncode}" in completed.stdout
+    # An interrupted run() leaves through os._exit (CPython would otherwise kill itself with
+    # SIGINT at exit), so only a run that finished cleanly gets back to the caller.
+    if completed.returncode == 0:
+        assert "run returned 0" in completed.stdout
     assert (out / "compressor" / "state.safetensors").is_file()
     assert (out / ".demitasse-output.json").is_file()
 
