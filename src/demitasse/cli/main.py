@@ -327,9 +327,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _run_distill_static(args: argparse.Namespace) -> int:
-    from demitasse.compress._persist import check_saved_target
     from demitasse.export import export_model2vec
     from demitasse.export.model2vec import check_export_target
+    from demitasse.persistence import check_saved_target
     from demitasse.static.model import METHOD as STATIC_MODEL
     from demitasse.static.pipeline import StaticRecipe, distill_static
 
