@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from demitasse.cli import main
-from demitasse.encoders import TransformerEncoder, load_encoder
+from demitasse.encoders import TransformerEncoder
 from demitasse.errors import DemitasseError
 from demitasse.export import export_model2vec
+from demitasse.loading import load_encoder
 from demitasse.static import StaticModel
 from demitasse.static.distill import SimilarityDistiller, similarity_distribution_loss
 from demitasse.static.extract import WordVectorExtractor

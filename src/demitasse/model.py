@@ -401,7 +401,7 @@ class CompressedModel:
         }
 
     def _load_encoder(self) -> None:
-        from demitasse.encoders import load_encoder
+        from demitasse.loading import load_encoder
 
         assert self._encoder_ref is not None
         saved = dict(self._encoder_ref)
