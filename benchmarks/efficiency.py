@@ -32,7 +32,6 @@ from demitasse.cli.specs import parse_compressor_specs
 from demitasse.compress import Compressor, make_compressor
 from demitasse.data import load_sts_suite, load_stsb, resolve_data_dir
 from demitasse.data.beir import load_beir
-from demitasse.encoders import load_encoder
 from demitasse.evaluation import (
     ResultRecord,
     evaluate_grid,
@@ -45,6 +44,7 @@ from demitasse.evaluation.efficiency import (
     measure_encode_throughput,
     measure_transform_throughput,
 )
+from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
 from demitasse.report.plots import save_figure
 from demitasse.report.results_file import update_section

@@ -31,7 +31,6 @@ import torch
 
 from demitasse.cli.specs import parse_compressor_specs
 from demitasse.data import ScoredPairs, load_sts_suite, load_stsb
-from demitasse.encoders import load_encoder
 from demitasse.encoders.resolve import cache_root
 from demitasse.evaluation import (
     ResultRecord,
@@ -40,6 +39,7 @@ from demitasse.evaluation import (
     machine_description,
     write_records,
 )
+from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
 from demitasse.report.plots import plot_layer_heatmap
 from demitasse.report.results_file import update_section

@@ -44,7 +44,6 @@ from demitasse.data import (
     without_pairs,
 )
 from demitasse.data.beir import load_beir
-from demitasse.encoders import load_encoder
 from demitasse.evaluation import (
     ResultRecord,
     STSTask,
@@ -56,6 +55,7 @@ from demitasse.evaluation import (
 )
 from demitasse.evaluation.efficiency import measure_transform_throughput
 from demitasse.evaluation.retrieval import RetrievalTask
+from demitasse.loading import load_encoder
 from demitasse.report import markdown_table, plot_quality_vs_dim
 from demitasse.report.results_file import update_section
 

@@ -38,7 +38,6 @@ from demitasse.data import (
     without_pairs,
 )
 from demitasse.data.senteval_classification import load_mrpc
-from demitasse.encoders import load_encoder
 from demitasse.evaluation.clustering import (
     cluster_accuracy,
     kmeans_cluster,
@@ -46,6 +45,7 @@ from demitasse.evaluation.clustering import (
 )
 from demitasse.evaluation.records import ResultRecord, machine_description, write_records
 from demitasse.evaluation.tasks import EmbeddedTexts, Score, STSTask
+from demitasse.loading import load_encoder
 from demitasse.report import markdown_table, plot_sts_vs_dim
 from demitasse.report.results_file import update_section
 

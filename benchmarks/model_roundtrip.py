@@ -28,7 +28,6 @@ import numpy as np
 from demitasse import CompressedModel
 from demitasse.cli.specs import parse_compressor_specs
 from demitasse.data import STSB_FIT_DATA, stsb_fit_sentences
-from demitasse.encoders import load_encoder
 from demitasse.evaluation import (
     ResultRecord,
     build_tasks,
@@ -38,6 +37,7 @@ from demitasse.evaluation import (
     write_records,
 )
 from demitasse.export import export_model
+from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
 from demitasse.report.plots import save_figure
 from demitasse.report.results_file import update_section

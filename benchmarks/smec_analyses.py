@@ -31,10 +31,10 @@ import torch
 from demitasse.compress.smec import SMEC
 from demitasse.data import load_sts_suite, load_stsb, load_unlabeled, resolve_data_dir
 from demitasse.data.beir import load_beir
-from demitasse.encoders import load_encoder
 from demitasse.evaluation import ResultRecord, STSTask, machine_description, write_records
 from demitasse.evaluation.retrieval import RetrievalTask
 from demitasse.evaluation.sts import spearman_x100
+from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
 from demitasse.report.plots import save_figure
 from demitasse.report.results_file import update_section

@@ -25,7 +25,7 @@ import numpy as np
 
 from demitasse.cli.specs import parse_compressor_specs
 from demitasse.data import load_stsb, resolve_data_dir
-from demitasse.encoders import TransformerEncoder, cache_root, load_encoder, resolve_model
+from demitasse.encoders import TransformerEncoder, cache_root, resolve_model
 from demitasse.evaluation import (
     ResultRecord,
     build_tasks,
@@ -35,6 +35,7 @@ from demitasse.evaluation import (
     spearman_x100,
     write_records,
 )
+from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
 from demitasse.report.plots import save_figure
 from demitasse.report.results_file import update_section

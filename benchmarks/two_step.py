@@ -35,7 +35,7 @@ from demitasse.data import (
     read_texts,
     resolve_data_dir,
 )
-from demitasse.encoders import Encoder, load_encoder
+from demitasse.encoders import Encoder
 from demitasse.encoders.resolve import cache_root
 from demitasse.evaluation import (
     ClassificationTask,
@@ -48,6 +48,7 @@ from demitasse.evaluation import (
     write_records,
 )
 from demitasse.io import atomic_write_text
+from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
 from demitasse.report.plots import plot_matrix_heatmap
 from demitasse.report.results_file import update_section

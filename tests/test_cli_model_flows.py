@@ -93,7 +93,7 @@ def test_fit_from_vectors_then_encode_eval_export(
     files: dict[str, Path], data_dir: Path, tmp_path: Path
 ) -> None:
     from demitasse.data import read_texts
-    from demitasse.encoders import load_encoder
+    from demitasse.loading import load_encoder
 
     vectors = load_encoder("all-MiniLM-L6-v2").encode(read_texts(files["texts"]), layer=3)
     np.save(tmp_path / "vectors.npy", vectors)

@@ -10,7 +10,7 @@ import pytest
 from scipy.stats import spearmanr
 from sklearn import decomposition
 
-import demitasse.compress._persist as persist
+import demitasse.persistence as persist
 from demitasse.compress import (
     PCA,
     BinaryQuantizer,

@@ -10,7 +10,6 @@ import pytest
 
 from demitasse.cli.specs import parse_compressor_specs
 from demitasse.compress import make_compressor, make_quantizer
-from demitasse.encoders import load_encoder
 from demitasse.errors import DataError, DemitasseError
 from demitasse.evaluation.efficiency import (
     EfficiencyTask,
@@ -23,6 +22,7 @@ from demitasse.evaluation.efficiency import (
 )
 from demitasse.evaluation.grid import evaluate_grid
 from demitasse.evaluation.tasks import EmbeddedTexts
+from demitasse.loading import load_encoder
 from tests.helpers import FakeEncoder, build_tiny_model
 
 pytest.importorskip("faiss")

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from demitasse.encoders import TransformerEncoder, load_encoder, pool, resolve_model
+from demitasse.encoders import TransformerEncoder, pool, resolve_model
 from demitasse.encoders import resolve as resolve_module
 from demitasse.encoders.cache import EmbeddingCache
 from demitasse.errors import DataError, DemitasseError, ModelNotFoundError
+from demitasse.loading import load_encoder
 from tests.helpers import build_tiny_model
 
 TEXTS = ["a man is playing a guitar .", "the cat sits on the mat", "a girl", "dog", "a red car"]

@@ -11,15 +11,15 @@ import torch
 
 from demitasse.compress.adaptor import MatryoshkaAdaptor
 from demitasse.compress.base import load_compressor
-from demitasse.compress.similarity_losses import (
+from demitasse.compress.smec import SMEC, EmbeddingMemory
+from demitasse.errors import CompressorError, DataError
+from demitasse.losses import (
     cosent_loss,
     pair_similarity_loss,
     pairwise_similarity_loss,
     rank_loss,
     topk_similarity_loss,
 )
-from demitasse.compress.smec import SMEC, EmbeddingMemory
-from demitasse.errors import CompressorError, DataError
 
 FAST = {"max_epochs": 2, "batch_size": 128, "hidden_dim": 32, "device": "cpu"}
 

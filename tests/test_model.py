@@ -11,8 +11,8 @@ import pytest
 
 from demitasse import CompressedModel
 from demitasse.compress import make_compressor
-from demitasse.encoders import load_encoder
 from demitasse.errors import DemitasseError
+from demitasse.loading import load_encoder
 from tests.helpers import WORDS, build_tiny_model
 
 

@@ -670,7 +670,7 @@ def test_7_errors_name_the_users_file_not_the_temporary(
 ) -> None:
     import pyarrow.parquet as pq
 
-    import demitasse.compress._persist as persist
+    import demitasse.persistence as persist
     from demitasse.model import CompressedModel
 
     def disk_full(_: object, where: str | Path, *args: object, **kwargs: object) -> None:

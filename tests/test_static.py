@@ -9,13 +9,15 @@ import pytest
 import torch
 
 from demitasse.cli import main
-from demitasse.encoders import TransformerEncoder, load_encoder
+from demitasse.encoders import TransformerEncoder
 from demitasse.errors import DemitasseError
 from demitasse.export import export_model2vec
+from demitasse.loading import load_encoder
 from demitasse.static import StaticModel
 from demitasse.static.distill import SimilarityDistiller, similarity_distribution_loss
 from demitasse.static.extract import WordVectorExtractor
 from demitasse.static.pca import StaticPCA, sentence_vectors
+from demitasse.static.pipeline import distill_static
 from tests.helpers import WORDS, build_tiny_model
 
 PIECES = ["sing", "##ing", "##er", "##s"]
@@ -175,6 +177,17 @@ def test_save_load_roundtrip_and_load_encoder(
     assert loaded.metadata["teacher"] == "tiny-bert"
     with pytest.raises(DemitasseError, match="one layer"):
         loaded.encode(CORPUS, layer=2)
+
+
+def test_a_static_model_is_refused_as_the_teacher_of_another(
+    extractor: WordVectorExtractor, tmp_path: Path
+) -> None:
+    extractor.to_model("tiny").save(tmp_path / "static")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(CORPUS), encoding="utf-8")
+    with pytest.raises(DemitasseError, match="the teacher must be a transformer"):
+        distill_static(tmp_path / "static", corpus, work_dir=tmp_path / "work")
+    assert not (tmp_path / "work").exists()
 
 
 def test_model2vec_and_sentence_transformers_load_the_export_with_equal_vectors(

@@ -346,7 +346,7 @@ def test_fine_tune_saves_a_loadable_best_model_and_resumes(
 ) -> None:
     from sentence_transformers import SentenceTransformer
 
-    from demitasse.encoders import load_encoder
+    from demitasse.loading import load_encoder
 
     sets, dev = _sets()
     config = TrainingConfig(
@@ -455,8 +455,8 @@ def test_export_cuts_layers_and_dims_and_loads_in_plain_sentence_transformers(
 ) -> None:
     from sentence_transformers import SentenceTransformer
 
-    from demitasse.encoders import load_encoder
     from demitasse.export import export_sentence_transformer
+    from demitasse.loading import load_encoder
 
     out = export_sentence_transformer(tiny_model, tmp_path / "cut", layer=2, dim=16)
     theirs = SentenceTransformer(str(out), device="cpu").encode(SENTENCES, convert_to_numpy=True)
@@ -532,8 +532,8 @@ def test_cli_train_then_export(
 def test_export_of_the_real_model_matches_demitasse_to_1e5(tmp_path: Path) -> None:
     from sentence_transformers import SentenceTransformer
 
-    from demitasse.encoders import load_encoder
     from demitasse.export import export_sentence_transformer
+    from demitasse.loading import load_encoder
 
     out = export_sentence_transformer("all-MiniLM-L6-v2", tmp_path / "l3-128", layer=3, dim=128)
     theirs = SentenceTransformer(str(out), device="cpu").encode(SENTENCES, convert_to_numpy=True)
@@ -723,9 +723,9 @@ def test_exit_heads_train_at_their_own_rate_and_encode_and_export_as_trained(
 ) -> None:
     from sentence_transformers import SentenceTransformer
 
-    from demitasse.encoders import load_encoder
     from demitasse.encoders.exit_heads import EXIT_HEADS_DIR
     from demitasse.export import export_sentence_transformer
+    from demitasse.loading import load_encoder
 
     tiny_model = request.getfixturevalue(model_fixture)
     sets, _ = _sets()

@@ -16,7 +16,7 @@ def __getattr__(name: str) -> object:
     # torch and transformers load only when an encoder is asked for, so `demitasse --help`
     # and the compressors on precomputed vectors stay quick to start.
     if name == "load_encoder":
-        from demitasse.encoders import load_encoder
+        from demitasse.loading import load_encoder
 
         return load_encoder
     if name == "CompressedModel":

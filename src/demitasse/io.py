@@ -40,7 +40,7 @@ from demitasse.errors import DemitasseError
 
 #: Written last into every folder output: ``{"kind": ..., "complete": true}``.
 MARKER = ".demitasse-output.json"
-_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_HELD_SIGNALS: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Interrupted(KeyboardInterrupt):

@@ -28,6 +28,7 @@ from typing import Any, Self
 
 import numpy as np
 
+from demitasse.arrays import check_finite
 from demitasse.compress import (
     Compressor,
     Quantizer,
@@ -36,12 +37,11 @@ from demitasse.compress import (
     make_compressor,
     make_quantizer,
 )
-from demitasse.compress._arrays import check_finite
-from demitasse.compress._persist import CONFIG_FILE, demitasse_version, read_config
 from demitasse.data import check_texts
 from demitasse.encoders.base import Encoder
 from demitasse.errors import CompressorError, DataError, DemitasseError
 from demitasse.io import MARKER, atomic_directory, check_directory_target
+from demitasse.persistence import CONFIG_FILE, demitasse_version, read_config
 
 MODEL_KIND = "demitasse-model"
 FORMAT_VERSION = 1
@@ -401,7 +401,7 @@ class CompressedModel:
         }
 
     def _load_encoder(self) -> None:
-        from demitasse.encoders import load_encoder
+        from demitasse.loading import load_encoder
 
         assert self._encoder_ref is not None
         saved = dict(self._encoder_ref)

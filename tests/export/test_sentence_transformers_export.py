@@ -21,10 +21,10 @@ from demitasse.compress import (
     make_compressor,
     make_quantizer,
 )
-from demitasse.encoders import load_encoder
 from demitasse.encoders.exit_heads import save_exit_heads
 from demitasse.errors import DemitasseError
 from demitasse.export import export_sentence_transformer
+from demitasse.loading import load_encoder
 from tests.helpers import WORDS, build_tiny_model
 
 WIDTH = 32

@@ -327,9 +327,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _run_distill_static(args: argparse.Namespace) -> int:
-    from demitasse.compress._persist import check_saved_target
     from demitasse.export import export_model2vec
     from demitasse.export.model2vec import check_export_target
+    from demitasse.persistence import check_saved_target
     from demitasse.static.model import METHOD as STATIC_MODEL
     from demitasse.static.pipeline import StaticRecipe, distill_static
 
@@ -459,11 +459,12 @@ def _evaluate_and_report(
 ) -> Path:
     from demitasse.cli.specs import parse_compressor_specs, parse_int_list, parse_precisions
     from demitasse.data import STSB_FIT_DATA
-    from demitasse.encoders import DEFAULT_MODEL, load_encoder
+    from demitasse.encoders import DEFAULT_MODEL
     from demitasse.evaluation.grid import (
         evaluate_grid,
     )
     from demitasse.evaluation.suites import build_tasks, parse_task_names
+    from demitasse.loading import load_encoder
 
     # Parse everything and read the data before the slow model load, so mistakes fail fast.
     _check_results_target(out)
@@ -579,11 +580,11 @@ def _speed_records(
     batch_size: int,
 ) -> list[ResultRecord]:
     """Encode throughput per layer cut and transform throughput per compressor and dim."""
-    from demitasse.encoders import load_encoder
     from demitasse.evaluation.efficiency import (
         measure_encode_throughput,
         measure_transform_throughput,
     )
+    from demitasse.loading import load_encoder
 
     encoder = load_encoder(model, cache=False)  # timings must not read the cache
     sample = fit_texts[:ENCODE_SPEED_TEXTS]

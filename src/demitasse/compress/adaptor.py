@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from sklearn.utils._param_validation import Interval
 
-from demitasse.compress._persist import Integers
 from demitasse.compress.base import register_compressor
 from demitasse.compress.learned import LearnedCompressor, halving_dims
+from demitasse.compress.params import Integers
 
 if TYPE_CHECKING:
     import torch
@@ -111,7 +111,7 @@ class MatryoshkaAdaptor(LearnedCompressor):
     def _train(self, U: torch.Tensor, X: torch.Tensor) -> None:
         import torch
 
-        from demitasse.compress.similarity_losses import reconstruction_loss, topk_similarity_loss
+        from demitasse.losses import reconstruction_loss, topk_similarity_loss
 
         dims = self.matryoshka_dims_
         network = self.network_

@@ -23,7 +23,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils import Tags
 from sklearn.utils._param_validation import InvalidParameterError
 
-from demitasse.compress._arrays import (
+from demitasse.arrays import (
     DEFAULT_CHUNK_ROWS,
     as_matrix,
     check_chunk_rows,
@@ -33,11 +33,10 @@ from demitasse.compress._arrays import (
     is_int,
     iter_row_chunks,
     non_finite_array,
-    one_line,
 )
-from demitasse.compress._persist import (
-    Integers,
-    ParamsMixin,
+from demitasse.compress.params import Integers, ParamsMixin
+from demitasse.errors import CompressorError, one_line
+from demitasse.persistence import (
     check_state_shapes,
     check_version,
     demitasse_version,
@@ -45,8 +44,7 @@ from demitasse.compress._persist import (
     require,
     write_saved,
 )
-from demitasse.compress._registry import Registry
-from demitasse.errors import CompressorError
+from demitasse.registry import Registry
 
 
 class _InvalidParameterError(CompressorError, InvalidParameterError):

@@ -24,9 +24,9 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 from tqdm.auto import tqdm
 
-from demitasse.compress._arrays import as_matrix, check_finite, cosine_rows
-from demitasse.compress._persist import Integers
+from demitasse.arrays import as_matrix, check_finite, cosine_rows
 from demitasse.compress.base import Compressor
+from demitasse.compress.params import Integers
 from demitasse.compress.pca import PCA
 from demitasse.errors import CompressorError, DataError
 
@@ -390,7 +390,7 @@ class LearnedCompressor(Compressor):
         keep their arithmetic bit for bit; at weight 0 it is a zero tensor and not computed (SMEC
         leaves it out instead).
         """
-        from demitasse.compress.similarity_losses import pairwise_similarity_loss
+        from demitasse.losses import pairwise_similarity_loss
 
         if not self.pairwise_weight:
             return reduced.new_zeros(())
@@ -404,7 +404,7 @@ class LearnedCompressor(Compressor):
         ``encode`` returns."""
         import torch
 
-        from demitasse.compress.similarity_losses import (
+        from demitasse.losses import (
             cosent_loss,
             pair_similarity_loss,
             rank_loss,

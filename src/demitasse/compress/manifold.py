@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from demitasse.compress._persist import Integers
 from demitasse.compress.base import Compressor, register_compressor
+from demitasse.compress.params import Integers
 from demitasse.errors import DataError
 
 MAX_FIT_ROWS = 20000

@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from demitasse.compress._arrays import DEFAULT_CHUNK_ROWS, as_matrix, check_finite
-from demitasse.compress._persist import Integers
+from demitasse.arrays import DEFAULT_CHUNK_ROWS, as_matrix, check_finite
 from demitasse.compress.base import register_compressor
 from demitasse.compress.learned import LearnedCompressor
+from demitasse.compress.params import Integers
 from demitasse.errors import DataError
 
 if TYPE_CHECKING:

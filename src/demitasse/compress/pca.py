@@ -7,9 +7,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from demitasse.compress._arrays import iter_row_chunks
-from demitasse.compress._persist import Integers
+from demitasse.arrays import iter_row_chunks
 from demitasse.compress.base import AffineMap, Compressor, register_compressor
+from demitasse.compress.params import Integers
 from demitasse.errors import CompressorError, DataError
 
 # Whitening divides by sqrt(eigenvalue); eigenvalues below this fraction of the largest are

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from demitasse.compress._arrays import (
+from demitasse.arrays import (
     DEFAULT_CHUNK_ROWS,
     as_matrix,
     check_chunk_rows,
@@ -25,8 +25,9 @@ from demitasse.compress._arrays import (
     is_int,
     iter_row_chunks,
 )
-from demitasse.compress._persist import (
-    Params,
+from demitasse.compress.params import Params
+from demitasse.errors import CompressorError
+from demitasse.persistence import (
     check_state_shapes,
     check_version,
     demitasse_version,
@@ -34,8 +35,7 @@ from demitasse.compress._persist import (
     require,
     write_saved,
 )
-from demitasse.compress._registry import Registry
-from demitasse.errors import CompressorError
+from demitasse.registry import Registry
 
 _REGISTRY: Registry[type[Quantizer]] = Registry("precision", "precision")
 register_quantizer = _REGISTRY.register

@@ -7,8 +7,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from demitasse.compress._persist import Integers
 from demitasse.compress.base import AffineMap, Compressor, register_compressor
+from demitasse.compress.params import Integers
 
 
 @register_compressor

@@ -53,10 +53,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from demitasse.compress._arrays import as_matrix, check_finite, is_int
-from demitasse.compress._persist import Integers
+from demitasse.arrays import as_matrix, check_finite, is_int
 from demitasse.compress.base import register_compressor
 from demitasse.compress.learned import LearnedCompressor, halving_dims
+from demitasse.compress.params import Integers
 from demitasse.errors import CompressorError
 
 if TYPE_CHECKING:
@@ -420,7 +420,7 @@ class SMEC(LearnedCompressor):
         """Train ``trained`` stages jointly on ``H`` (output of the ``frozen`` ones)."""
         import torch
 
-        from demitasse.compress.similarity_losses import (
+        from demitasse.losses import (
             neighbour_similarity_loss,
             pairwise_similarity_loss,
             topk_similarity_loss,

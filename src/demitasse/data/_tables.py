@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from demitasse.data._text import GZIP_ERRORS, iter_lines, open_text, parse_json_line
 from demitasse.errors import DataError, one_line
@@ -17,6 +17,9 @@ from demitasse.errors import DataError, one_line
 TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
 
 Rows = Iterator[tuple[str, list[Any]]]
+# csv's quoting constants (QUOTE_MINIMAL, QUOTE_ALL, QUOTE_NONNUMERIC, QUOTE_NONE), as their
+# stubs type them: a plain int is refused by csv.reader's signature.
+CsvQuoting = Literal[0, 1, 2, 3]
 
 
 def table_kind(path: Path) -> str | None:
@@ -56,7 +59,7 @@ def check_parquet_columns(path: Path, columns: Sequence[str], names: Sequence[st
         )
 
 
-def _csv_rows(path: Path, columns: Sequence[str], delimiter: str, quoting: int) -> Rows:
+def _csv_rows(path: Path, columns: Sequence[str], delimiter: str, quoting: CsvQuoting) -> Rows:
     with open_text(path) as f:
         reader = csv.reader(f, delimiter=delimiter, quoting=quoting, strict=True)
         header = next(reader, None)

@@ -8,7 +8,7 @@ from demitasse.encoders.resolve import (
     cache_root,
     resolve_model,
 )
-from demitasse.encoders.transformer import TransformerEncoder, load_encoder, pool
+from demitasse.encoders.transformer import TransformerEncoder, load_transformer, pool
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -17,7 +17,7 @@ __all__ = [
     "ResolvedModel",
     "TransformerEncoder",
     "cache_root",
-    "load_encoder",
+    "load_transformer",
     "pool",
     "resolve_model",
 ]

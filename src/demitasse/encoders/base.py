@@ -12,9 +12,16 @@ import numpy as np
 class Encoder(Protocol):
     """Turns texts into float32 sentence embeddings, optionally from an intermediate layer."""
 
-    name: str
-    dim: int
-    num_layers: int
+    # Read-only members: a static model computes ``dim`` from its vectors, a transformer
+    # stores it; either satisfies the contract.
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def num_layers(self) -> int: ...
 
     def encode(
         self, texts: Sequence[str], layer: int | None = None, batch_size: int = 32

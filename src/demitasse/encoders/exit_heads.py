@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from demitasse.compress._persist import read_saved, write_saved
 from demitasse.errors import CompressorError, DemitasseError
+from demitasse.persistence import read_saved, write_saved
 
 EXIT_HEADS_DIR = "exit_heads"
 FORMAT_VERSION = 1

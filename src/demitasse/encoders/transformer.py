@@ -14,7 +14,6 @@ from tqdm.auto import tqdm
 from transformers import BatchEncoding
 
 from demitasse.data import check_texts
-from demitasse.encoders.base import Encoder
 from demitasse.encoders.cache import EmbeddingCache, fingerprint_directory
 from demitasse.encoders.exit_heads import load_exit_heads
 from demitasse.encoders.resolve import DEFAULT_MODEL, cache_root, resolve_model
@@ -283,14 +282,8 @@ class _SentenceEmbeddingModules(torch.nn.Module):
         return vectors
 
 
-def load_encoder(name_or_path: str | Path = DEFAULT_MODEL, **kwargs: object) -> Encoder:
-    """Load a sentence encoder by local path, packaged model name or hub id.
-
-    A directory saved by :meth:`demitasse.static.StaticModel.save` loads as that static model
-    (transformer options such as ``cache`` do not apply to it and are ignored).
-    """
-    from demitasse.static.model import StaticModel, is_static_model_dir
-
-    if is_static_model_dir(Path(name_or_path).expanduser()):
-        return StaticModel.load(Path(name_or_path).expanduser())
-    return TransformerEncoder(name_or_path, **kwargs)  # type: ignore[arg-type]
+def load_transformer(name_or_path: str | Path = DEFAULT_MODEL, **kwargs: Any) -> TransformerEncoder:
+    """Load a transformer sentence encoder by local path, packaged model name or hub id
+    (``kwargs``: :class:`TransformerEncoder`'s options). :func:`demitasse.loading.load_encoder`
+    also loads static models."""
+    return TransformerEncoder(name_or_path, **kwargs)

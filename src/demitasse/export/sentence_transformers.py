@@ -30,9 +30,10 @@ import torch
 
 from demitasse.compress import BinaryQuantizer, Compressor, Int8Quantizer, Quantizer
 from demitasse.compress.base import AffineMap
-from demitasse.encoders.transformer import TransformerEncoder, layer_stack, load_encoder
+from demitasse.encoders.transformer import TransformerEncoder, layer_stack
 from demitasse.errors import ExportError
 from demitasse.io import atomic_directory, check_directory_target
+from demitasse.loading import load_encoder
 
 EXPORT_INFO = "demitasse_export.json"
 INT8_RANGES = "int8_ranges.safetensors"

@@ -168,7 +168,7 @@ def plot_quality_vs_bytes(
 def vector_sizes(records: Sequence[ResultRecord], best: Headline) -> dict[ConfigKey, float]:
     """Bytes per stored vector of each configuration of ``best`` whose records give it."""
     size = {config_key(r): r.bytes_per_vector for r in records if r.task == best.task}
-    return {key: float(size[key]) for key in best.scores if size.get(key)}
+    return {key: float(b) for key in best.scores if (b := size.get(key))}
 
 
 @_plain_text

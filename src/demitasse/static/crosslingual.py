@@ -20,9 +20,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812  (torch convention)
 
-from demitasse.compress.similarity_losses import cosine_matrix
 from demitasse.data.parallel import ParallelTexts
 from demitasse.errors import DataError, DemitasseError
+from demitasse.losses import cosine_matrix
 from demitasse.static.model import StaticModel, mean_vectors
 from demitasse.static.training import TokenBatches, WordVectorTrainer, train_word_vectors
 from demitasse.static.vocabulary import build_vocabulary, count_words, static_tokenizer

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812  (torch convention)
 
-from demitasse.compress.similarity_losses import cosine_matrix
 from demitasse.errors import DataError, DemitasseError
+from demitasse.losses import cosine_matrix
 from demitasse.static.model import StaticModel
 from demitasse.static.training import TokenBatches, WordVectorTrainer, train_word_vectors
 

@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from demitasse.compress._persist import (
+from demitasse.data.files import check_texts
+from demitasse.errors import DemitasseError, one_line
+from demitasse.persistence import (
     CONFIG_FILE,
     check_version,
     demitasse_version,
@@ -25,8 +27,6 @@ from demitasse.compress._persist import (
     require,
     write_saved,
 )
-from demitasse.data.files import check_texts
-from demitasse.errors import DemitasseError, one_line
 
 METHOD = "static"
 FORMAT_VERSION = 1

@@ -14,7 +14,7 @@ import numpy as np
 
 from demitasse.data import read_corpus
 from demitasse.encoders.resolve import cache_root
-from demitasse.encoders.transformer import TransformerEncoder, load_encoder
+from demitasse.encoders.transformer import TransformerEncoder, load_transformer
 from demitasse.errors import DemitasseError
 from demitasse.io import atomic_write_json
 from demitasse.static.distill import SimilarityDistiller
@@ -118,10 +118,9 @@ def distill_static(
         raise DemitasseError(f"dim must be a positive integer, got {recipe.dim}")
     corpus = shuffled_corpus(corpus_path, recipe.max_sentences, recipe.seed)
     if not isinstance(teacher, TransformerEncoder):
-        loaded = load_encoder(teacher)
-        if not isinstance(loaded, TransformerEncoder):
+        if is_static_model_dir(Path(teacher).expanduser()):
             raise DemitasseError(f"the teacher must be a transformer sentence encoder: {teacher}")
-        teacher = loaded
+        teacher = load_transformer(teacher)
     if recipe.dim > teacher.dim:
         raise DemitasseError(f"dim must be in 1..{teacher.dim} for {teacher.name}")
     if work_dir is None:

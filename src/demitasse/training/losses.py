@@ -19,8 +19,8 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F  # noqa: N812  (torch convention)
 
-from demitasse.compress.similarity_losses import cosent_loss, pairwise_ranking_loss
 from demitasse.errors import DemitasseError
+from demitasse.losses import cosent_loss, pairwise_ranking_loss
 
 
 @dataclass

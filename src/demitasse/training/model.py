@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from demitasse.encoders.transformer import TransformerEncoder, load_encoder, pool
+from demitasse.encoders.transformer import TransformerEncoder, load_transformer, pool
 from demitasse.io import atomic_directory
 
 
@@ -17,7 +17,7 @@ class SentenceModel(torch.nn.Module):
     ``forward(texts)`` returns one pooled [batch, dim] tensor per hidden state (index 0: the
     embedding layer, index n: the last block), before any normalisation: the losses compare
     directions, and Espresso's alignment works on the raw pooled vectors. ``save`` writes a
-    sentence-transformers directory that :func:`demitasse.encoders.load_encoder` and
+    sentence-transformers directory that :func:`demitasse.loading.load_encoder` and
     ``SentenceTransformer(path)`` both load.
     """
 
@@ -30,8 +30,8 @@ class SentenceModel(torch.nn.Module):
 
     @classmethod
     def load(cls, name_or_path: str | Path, device: str | None = None) -> SentenceModel:
-        """A model by local path or packaged name (as ``load_encoder``), without the cache."""
-        return cls(load_encoder(name_or_path, cache=False, device=device))
+        """A model by local path or packaged name (as ``load_transformer``), without the cache."""
+        return cls(load_transformer(name_or_path, cache=False, device=device))
 
     @property
     def device(self) -> torch.device:

@@ -28,7 +28,7 @@ import torch
 
 from demitasse.compress import load_compressor
 from demitasse.data.pairs import ScoredPairs
-from demitasse.encoders import load_encoder
+from demitasse.encoders import load_transformer
 from demitasse.errors import DemitasseError
 from demitasse.training.losses import InBatchNegativesLoss
 from demitasse.training.model import SentenceModel
@@ -79,7 +79,7 @@ def load_head(head: PoolerHead, model_dir: Path) -> None:
 
 def encoder_dev_score(model_dir: Path, dev: ScoredPairs) -> float:
     """STS-B-style dev score of a trained encoder's own output (its pooler ignored)."""
-    return dev_score(SentenceModel(load_encoder(model_dir, cache=False)), dev)
+    return dev_score(SentenceModel(load_transformer(model_dir, cache=False)), dev)
 
 
 def two_step(
@@ -143,7 +143,7 @@ def pooled_dev_scores(
     :class:`~demitasse.compress.Pooler` reproduces the trained head), encoding the dev sentences
     once; NaN for a pooler that takes another width than the encoder gives."""
     texts = dev_texts(dev)
-    vectors = load_encoder(encoder_dir, cache=False).encode(texts)
+    vectors = load_transformer(encoder_dir, cache=False).encode(texts)
     scores = []
     for pooler_dir in pooler_dirs:
         pooler = load_compressor(pooler_dir / POOLER_DIR)

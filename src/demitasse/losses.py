@@ -1,4 +1,5 @@
-"""Losses for learned compressors on frozen embeddings, shared by Matryoshka-Adaptor and SMEC.
+"""Functional similarity losses, shared by the learned compressors (Matryoshka-Adaptor, SMEC),
+static distillation and fine-tuning.
 
 Unsupervised terms compare the cosine similarities of the original (frozen-backbone) embeddings
 with those of their compressed versions: over all pairs of a batch, over each sample's top-k

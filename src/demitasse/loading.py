@@ -1,0 +1,26 @@
+"""Load any sentence encoder by name: a transformer or a static model.
+
+This sits above :mod:`demitasse.encoders` and :mod:`demitasse.static` so that the static
+recipe may build on transformer encoders without the encoders knowing about static models.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from demitasse.encoders.base import Encoder
+from demitasse.encoders.resolve import DEFAULT_MODEL
+from demitasse.encoders.transformer import load_transformer
+from demitasse.static.model import StaticModel, is_static_model_dir
+
+
+def load_encoder(name_or_path: str | Path = DEFAULT_MODEL, **kwargs: Any) -> Encoder:
+    """Load a sentence encoder by local path, packaged model name or hub id.
+
+    A directory saved by :meth:`demitasse.static.StaticModel.save` loads as that static model
+    (transformer options such as ``cache`` do not apply to it and are ignored).
+    """
+    if is_static_model_dir(Path(name_or_path).expanduser()):
+        return StaticModel.load(Path(name_or_path).expanduser())
+    return load_transformer(name_or_path, **kwargs)
