@@ -768,3 +768,77 @@ def test_exit_heads_of_the_wrong_shape_are_refused(tmp_path: Path) -> None:
     assert sorted(load_exit_heads(tmp_path, 4)) == [1]
     with pytest.raises(DemitasseError, match="expected"):
         load_exit_heads(tmp_path, 8)
+
+
+# ---- the pieces Espresso is composed of ------------------------------------------------------
+
+
+def test_espresso_is_a_layerwise_loss_of_its_pieces() -> None:
+    from demitasse.training import (
+        AlignmentLoss,
+        LayerwiseLoss,
+        NestedPrefixLoss,
+        PrefixLoss,
+        WeightedSum,
+    )
+
+    layers = [PairBatch(*_pairs(d=16, seed=s)) for s in range(4)]  # embeddings + 3 blocks
+    base = InBatchNegativesLoss()
+    options: dict[str, Any] = {"compress_dim": 4, "prefix_loss": True, "express_weight": 0.5}
+    espresso = EspressoLoss(base, 3, matryoshka_dims=(8, 2), compress_weight=0.3, **options)
+    align = AlignmentLoss(4)
+    last = WeightedSum(
+        [(1.0, base), (1.0, PrefixLoss(base, 4)), (1.0, NestedPrefixLoss(base, [8, 2])),
+         (0.3, align)]
+    )  # fmt: skip
+    composed = LayerwiseLoss(last, [(0.5, PrefixLoss(base, 4)), (0.3, align)], num_layers=3)
+    ours, theirs = espresso.split(layers), composed.split(layers)
+    assert float(ours.primary) == pytest.approx(float(theirs.primary), rel=1e-6)
+    assert ours.auxiliary is not None and theirs.auxiliary is not None
+    assert float(ours.auxiliary) == pytest.approx(float(theirs.auxiliary), rel=1e-6)
+    assert float(espresso(layers)) == pytest.approx(float(ours.primary + ours.auxiliary))
+    # A loss over the last layer alone has no auxiliary part.
+    assert LastLayerLoss(base).split(layers).auxiliary is None
+    assert not LastLayerLoss(base).has_auxiliary_part and espresso.has_auxiliary_part
+
+
+def test_adding_exit_heads_leaves_the_random_generator_alone() -> None:
+    # The trainer adds heads after seeding: drawing from the generator would change dropout.
+    torch.manual_seed(0)
+    expected = torch.rand(4)
+    torch.manual_seed(0)
+    heads = ExitHeads()
+    heads.add([2, 1], 8)
+    heads.add([1], 8)  # a layer that has a head keeps it
+    assert torch.equal(torch.rand(4), expected)
+    assert list(heads) == ["2", "1"]
+    assert all(torch.equal(h.weight, torch.eye(8)) and not h.bias.any() for h in heads.values())
+
+
+def test_update_options_need_an_objective_with_inner_terms(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    sets, _ = _sets()
+    model = SentenceModel.load(tiny_model, device="cpu")
+    for options in ({"gradient_priority": True}, {"decoupled_updates": True}):
+        with pytest.raises(DemitasseError, match="inner-layer terms"):
+            fine_tune(
+                model, LastLayerLoss(CoSENTLoss()), sets, tmp_path / "run",
+                TrainingConfig(batch_size=4, **options), progress=False,
+            )  # fmt: skip
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_static_model_is_refused_for_fine_tuning(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    from demitasse.static import StaticModel
+
+    vocab = {"[UNK]": 0, "a": 1, "b": 2}
+    tokenizer = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = Whitespace()
+    StaticModel(np.eye(len(vocab), 4, dtype=np.float32), tokenizer).save(tmp_path / "static")
+    with pytest.raises(DemitasseError, match="static model; fine-tuning needs a transformer"):
+        SentenceModel.load(tmp_path / "static")
