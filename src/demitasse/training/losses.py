@@ -17,6 +17,7 @@ gradient priority, decoupled optimisers) is the trainer's business
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -241,8 +242,9 @@ class LossSplit:
     primary: torch.Tensor
     auxiliary: torch.Tensor | None = None
 
-    @property
+    @functools.cached_property
     def total(self) -> torch.Tensor:
+        """The loss's value (one node of the graph, however often it is asked for)."""
         return self.primary if self.auxiliary is None else self.primary + self.auxiliary
 
 
