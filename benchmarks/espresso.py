@@ -53,6 +53,7 @@ from demitasse.training.recipes import (
     DEFAULT_TRAINING_DATA,
     load_training_sets,
     make_objective,
+    split_options,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -406,12 +407,15 @@ def main() -> int:
     ):
         """Train one run; from ``frozen_start`` only the objective's own parameters train."""
         model = SentenceModel.load(frozen_start or args.model)
-        objective = make_objective(method, model.num_layers, model.dim, args.loss, **options)
+        objective_options, update_options = split_options(options)
+        objective = make_objective(
+            method, model.num_layers, model.dim, args.loss, **objective_options
+        )
         config = TrainingConfig(
-            epochs=args.epochs,
+            max_epochs=args.epochs,
             batch_size=args.batch_size,
             learning_rate=lr,
-            eval_steps=args.eval_steps,
+            eval_every=args.eval_steps,
             max_steps=steps or args.max_steps,
             patience=args.patience or None,
             # Only objectives with parameters of their own set it (runs without keep their
@@ -419,6 +423,7 @@ def main() -> int:
             objective_learning_rate=own_learning_rate(objective) and args.head_lr,
             seed=args.seed,
             train_backbone=frozen_start is None,
+            **update_options,
         )
         log(f"--- {name} (lr {lr:g}): {objective.describe()}")
         run_dir = runs / slug(name) if len(lrs) == 1 else runs / f"lr{lr:g}" / slug(name)

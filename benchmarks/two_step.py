@@ -176,10 +176,10 @@ def main() -> int:
     log(f"training on {sets[0].name} ({len(sets[0])}); {len(eval_texts)} evaluation texts")
 
     config = TrainingConfig(
-        epochs=args.epochs,
+        max_epochs=args.epochs,
         batch_size=args.batch_size,
         learning_rate=args.lr,
-        eval_steps=args.eval_steps,
+        eval_every=args.eval_steps,
         patience=args.patience or None,
         seed=args.seed,
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import math
@@ -22,7 +21,9 @@ from demitasse.training import (
     EspressoLoss,
     InBatchNegativesLoss,
     LastLayerLoss,
+    LossSplit,
     MatryoshkaLoss,
+    ModelLoss,
     PairBatch,
     SentenceModel,
     TrainingConfig,
@@ -32,9 +33,11 @@ from demitasse.training import (
     epoch_batches,
     fine_tune,
 )
-from demitasse.training.espresso import REFERENCE_CODE, alignment_loss, deconflicted
+from demitasse.training.espresso import REFERENCE_CODE, alignment_loss
 from demitasse.training.losses import angle_distance
+from demitasse.training.model import ExitHeads
 from demitasse.training.recipes import make_objective
+from demitasse.training.updates import deconflicted, part_gradients
 from tests.helpers import build_tiny_model
 
 
@@ -167,7 +170,7 @@ def test_compress_last_false_drops_only_the_last_layers_alignment() -> None:
     base = InBatchNegativesLoss()
     full = EspressoLoss(base, 3, compress_dim=4)
     inner_only = EspressoLoss(base, 3, compress_dim=4, compress_last=False)
-    last_alignment = float(full.compress_weight * full._align(layers[3]))
+    last_alignment = float(full.compress_weight * full.alignment(layers[3]))
     assert last_alignment > 0
     assert float(inner_only(layers)) == pytest.approx(float(full(layers)) - last_alignment)
     # The inner layers' alignment stays: without any compression the loss is lower still.
@@ -211,16 +214,17 @@ def test_gradient_priority_and_decoupled_updates_split_the_last_and_inner_gradie
     inputs = [torch.randn(6, 16, generator=torch.Generator().manual_seed(s)) for s in range(3)]
 
     def gradients(**options: Any) -> list[list[torch.Tensor | None]]:
-        loss = EspressoLoss(InBatchNegativesLoss(), 2, compress_dim=4, **options)
-        value = loss([PairBatch(x[:3], x[3:]) for x in (x @ weight for x in inputs)])
-        parts = loss.gradients(value, [weight])
-        assert len(parts) == loss.update_parts and loss._split is None
+        loss = EspressoLoss(InBatchNegativesLoss(), 2, compress_dim=4)
+        split = loss.split([PairBatch(x[:3], x[3:]) for x in (x @ weight for x in inputs)])
+        parts = part_gradients(split, [weight], **options)
+        assert len(parts) == (2 if options.get("decoupled") else 1)
         return parts
 
-    split = EspressoLoss(InBatchNegativesLoss(), 2, compress_dim=4, gradient_priority=True)
-    split([PairBatch(x[:3], x[3:]) for x in (x @ weight for x in inputs)])
-    assert split._split is not None and split.describe()["gradient_priority"] is True
-    primary, inner = split._split
+    loss = EspressoLoss(InBatchNegativesLoss(), 2, compress_dim=4)
+    split = loss.split([PairBatch(x[:3], x[3:]) for x in (x @ weight for x in inputs)])
+    assert split.auxiliary is not None and loss.has_auxiliary_part
+    assert TrainingConfig(gradient_priority=True).gradient_priority is True
+    primary, inner = split.primary, split.auxiliary
     (first,) = torch.autograd.grad(primary, [weight], retain_graph=True)
     (second,) = torch.autograd.grad(inner, [weight])
     assert float((first * second).sum()) < 0
@@ -230,31 +234,32 @@ def test_gradient_priority_and_decoupled_updates_split_the_last_and_inner_gradie
 
     [[plain]] = gradients()
     assert plain is not None and torch.allclose(plain, first + second, atol=1e-5)
-    [[prioritised]] = gradients(gradient_priority=True)
+    [[prioritised]] = gradients(priority=True)
     assert prioritised is not None and torch.allclose(prioritised, first + projected, atol=1e-5)
-    [[last], [rest]] = gradients(decoupled_updates=True)
+    [[last], [rest]] = gradients(decoupled=True)
     assert torch.allclose(last, first, atol=1e-5) and torch.allclose(rest, second, atol=1e-5)
-    [[last], [rest]] = gradients(decoupled_updates=True, gradient_priority=True)
+    [[last], [rest]] = gradients(decoupled=True, priority=True)
     assert torch.allclose(rest, projected, atol=1e-5)
-    assert EspressoLoss(InBatchNegativesLoss(), 2).update_rates == [1.0]
-    halved = EspressoLoss(InBatchNegativesLoss(), 2, decoupled_updates=True, inner_rate=0.5)
+    assert TrainingConfig().update_rates == [1.0]
+    halved = TrainingConfig(decoupled_updates=True, inner_rate=0.5)
     assert halved.update_rates == [1.0, 0.5]
     with pytest.raises(DemitasseError, match="inner_rate"):
-        EspressoLoss(InBatchNegativesLoss(), 2, inner_rate=0.5)
+        TrainingConfig(inner_rate=0.5)
 
 
-def _interrupt_at_call(objective: torch.nn.Module, call: int) -> None:
-    """Make ``objective``'s ``call``-th forward raise KeyboardInterrupt, as a user's Ctrl-C."""
-    original_forward = objective.forward
+def _interrupt_at_call(objective: ModelLoss, call: int) -> None:
+    """Make ``objective``'s ``call``-th evaluation (the trainer calls ``split``) raise
+    KeyboardInterrupt, as a user's Ctrl-C."""
+    original_split = objective.split
     calls = {"n": 0}
 
-    def interrupted(layers: list[PairBatch]) -> torch.Tensor:
+    def interrupted(layers: list[PairBatch]) -> LossSplit:
         calls["n"] += 1
         if calls["n"] == call:
             raise KeyboardInterrupt
-        return original_forward(layers)
+        return original_split(layers)
 
-    objective.forward = interrupted  # type: ignore[method-assign]
+    objective.split = interrupted  # type: ignore[method-assign]
 
 
 def test_decoupled_updates_keep_two_sets_of_moments_across_a_resume(
@@ -263,9 +268,12 @@ def test_decoupled_updates_keep_two_sets_of_moments_across_a_resume(
     from safetensors.torch import load_file
 
     sets, _ = _sets()
-    config = TrainingConfig(epochs=1, batch_size=4, learning_rate=1e-3, checkpoint_steps=1)
+    config = TrainingConfig(
+        max_epochs=1, batch_size=4, learning_rate=1e-3, checkpoint_every=1,
+        decoupled_updates=True, inner_rate=0.5,
+    )  # fmt: skip
     model = SentenceModel.load(tiny_model, device="cpu")
-    options: dict[str, Any] = {"compress_dim": 8, "decoupled_updates": True, "inner_rate": 0.5}
+    options: dict[str, Any] = {"compress_dim": 8}
     objective = EspressoLoss(AnglELoss(), model.num_layers, **options)
     _interrupt_at_call(objective, 3)
     with pytest.raises(KeyboardInterrupt):
@@ -350,7 +358,7 @@ def test_fine_tune_saves_a_loadable_best_model_and_resumes(
 
     sets, dev = _sets()
     config = TrainingConfig(
-        epochs=2, batch_size=4, learning_rate=1e-3, eval_steps=2, checkpoint_steps=1, seed=0
+        max_epochs=2, batch_size=4, learning_rate=1e-3, eval_every=2, checkpoint_every=1, seed=0
     )
     model = SentenceModel.load(tiny_model, device="cpu")
     objective = EspressoLoss(AnglELoss(), model.num_layers, compress_dim=8)
@@ -408,7 +416,7 @@ def test_fine_tune_saves_a_loadable_best_model_and_resumes(
             LastLayerLoss(AnglELoss()),
             sets,
             tmp_path / "run",
-            TrainingConfig(epochs=1, batch_size=4),
+            TrainingConfig(max_epochs=1, batch_size=4),
             dev=dev,
             progress=False,
         )
@@ -429,7 +437,7 @@ def test_training_lowers_the_loss_on_a_fixed_batch(tiny_model: Path, tmp_path: P
         objective,
         [sets[1]],
         tmp_path / "fit",
-        TrainingConfig(epochs=30, batch_size=8, learning_rate=1e-3, warmup_ratio=0.0),
+        TrainingConfig(max_epochs=30, batch_size=8, learning_rate=1e-3, warmup_ratio=0.0),
         progress=False,
     )
     model.eval()
@@ -492,9 +500,9 @@ def test_cli_train_then_export(
     signature = json.loads((tmp_path / "heads" / "training.json").read_text())["signature"]
     assert signature["config"]["train_backbone"] is False
     assert (tmp_path / "heads" / "best" / "exit_heads" / "config.json").is_file()
-    assert objective["objective"]["decoupled_updates"] is True
-    assert objective["objective"]["inner_rate"] == 0.5
-    assert objective["objective"]["gradient_priority"] is True
+    assert objective["config"]["decoupled_updates"] is True
+    assert objective["config"]["inner_rate"] == 0.5
+    assert objective["config"]["gradient_priority"] is True
     assert objective["objective"]["prefix_loss"] is True
     assert objective["objective"]["inner_reduction"] == "mean"
     assert objective["objective"]["matryoshka_dims"] == [16, 8]
@@ -606,7 +614,7 @@ def test_frozen_backbone_trains_only_the_head(tiny_model: Path, tmp_path: Path) 
         HeadLoss(InBatchNegativesLoss(), head),
         [simcse],
         tmp_path / "head",
-        TrainingConfig(batch_size=4, epochs=2, learning_rate=1e-2, train_backbone=False),
+        TrainingConfig(batch_size=4, max_epochs=2, learning_rate=1e-2, train_backbone=False),
         progress=False,
     )
     after = model.backbone.state_dict()
@@ -624,7 +632,7 @@ def test_two_step_selects_an_encoder_and_trains_only_the_target_pooler(
 
     _, dev = _sets()
     simcse = [TrainingSet.unlabeled("sentences", SENTENCES)]
-    config = TrainingConfig(epochs=2, batch_size=4, learning_rate=1e-3, eval_steps=2)
+    config = TrainingConfig(max_epochs=2, batch_size=4, learning_rate=1e-3, eval_every=2)
     result = two_step(
         tiny_model, [4], [8], simcse, tmp_path / "runs", dev, config=config, progress=False
     )
@@ -647,25 +655,11 @@ def test_two_step_selects_an_encoder_and_trains_only_the_target_pooler(
     assert matrix.shape == (2, 2) and np.isfinite(matrix).all()
 
 
-def test_a_checkpoint_predating_an_objective_setting_counts_it_at_its_default() -> None:
-    from demitasse.training.trainer import _same_run
-
-    config = dataclasses.asdict(TrainingConfig())
-    current = EspressoLoss(CoSENTLoss(), num_layers=3)
-    old = {k: v for k, v in current.describe().items() if k != "matryoshka_dims"}
-    saved = {"config": config, "sets": [], "objective": old}
-    now = {"config": config, "sets": [], "objective": current.describe()}
-    assert _same_run(saved, now, current.default_settings())
-    nested = EspressoLoss(CoSENTLoss(), num_layers=3, matryoshka_dims=(8,))
-    changed = {"config": config, "sets": [], "objective": nested.describe()}
-    assert not _same_run(saved, changed, nested.default_settings())
-
-
 def test_checkpoint_restores_each_update_parts_moments(tiny_model: Path, tmp_path: Path) -> None:
-    from demitasse.training.trainer import _Checkpoint
+    from demitasse.training.checkpoint import _Checkpoint
 
     model = SentenceModel.load(tiny_model, device="cpu")
-    objective = EspressoLoss(InBatchNegativesLoss(), model.num_layers, decoupled_updates=True)
+    objective = EspressoLoss(InBatchNegativesLoss(), model.num_layers)
     params = list(model.backbone.parameters())
     optimisers = [torch.optim.AdamW(params), torch.optim.AdamW(params)]
     for part, optimiser in enumerate(optimisers):  # each part touches a different set
@@ -694,27 +688,30 @@ def test_exit_heads_start_as_the_identity_and_take_the_inner_layers_gradient() -
     layers = [torch.randn(6, 16, requires_grad=True) for _ in range(3)]
     batches = [PairBatch(x[:3], x[3:]) for x in layers]
     plain = EspressoLoss(InBatchNegativesLoss(), 2, compress_dim=4)
-    headed = EspressoLoss(InBatchNegativesLoss(), 2, compress_dim=4, exit_heads=True, dim=16)
-    assert sorted(headed.heads) == ["1"]  # the inner layer only, never the last
-    value = headed(batches)
+    headed = EspressoLoss(InBatchNegativesLoss(), 2, compress_dim=4, exit_heads=True)
+    heads = ExitHeads()
+    heads.add(headed.exit_layers, 16)  # as the trainer gives a model the heads it reads
+    assert sorted(heads) == ["1"]  # the inner layer only, never the last
+    value = headed(heads.apply_to(batches))
     assert float(value.detach()) == pytest.approx(float(plain(batches).detach()), rel=1e-5)
     value.backward()
-    assert headed.heads["1"].weight.grad is not None
+    assert heads["1"].weight.grad is not None
     assert headed.describe()["exit_heads"] is True
     # At inner rate 0 the inner terms' gradient stops at the heads.
     weight = torch.nn.Parameter(torch.eye(16))
-    only_heads = EspressoLoss(
-        InBatchNegativesLoss(), 2, compress_dim=4, exit_heads=True, dim=16,
-        decoupled_updates=True, inner_rate=0.0,
-    )  # fmt: skip
-    value = only_heads([PairBatch(x[:3] @ weight, x[3:] @ weight) for x in layers])
+    only_heads = ExitHeads()
+    only_heads.add(headed.exit_layers, 16)
+    split = headed.split(
+        only_heads.apply_to([PairBatch(x[:3] @ weight, x[3:] @ weight) for x in layers])
+    )
     params = [weight, *only_heads.parameters()]
-    [[last, *_], [inner, *heads]] = only_heads.gradients(value, params)
-    assert last is not None and inner is None and all(g is not None for g in heads)
-    with pytest.raises(DemitasseError, match="dim"):
-        EspressoLoss(InBatchNegativesLoss(), 2, exit_heads=True)
+    stop_at_heads = {id(p) for p in only_heads.parameters()}
+    [[last, *_], [inner, *head_grads]] = part_gradients(
+        split, params, decoupled=True, auxiliary_reaches=stop_at_heads
+    )
+    assert last is not None and inner is None and all(g is not None for g in head_grads)
     with pytest.raises(DemitasseError, match="inner_rate"):
-        EspressoLoss(InBatchNegativesLoss(), 2, decoupled_updates=True, inner_rate=-0.1)
+        TrainingConfig(decoupled_updates=True, inner_rate=-0.1)
 
 
 @pytest.mark.parametrize("model_fixture", ["tiny_model", "tiny_mpnet"])
@@ -731,17 +728,17 @@ def test_exit_heads_train_at_their_own_rate_and_encode_and_export_as_trained(
     sets, _ = _sets()
     model = SentenceModel.load(tiny_model, device="cpu")
     before = {k: v.clone() for k, v in model.backbone.state_dict().items()}
-    objective = make_objective(
-        "ese", model.num_layers, model.dim, compress_dim=8, exit_heads=True,
-        decoupled_updates=True, inner_rate=0.0,
-    )  # fmt: skip
+    objective = make_objective("ese", model.num_layers, model.dim, compress_dim=8, exit_heads=True)
     assert isinstance(objective, EspressoLoss)
     # The backbone's rate is tiny; only a head that trains at its own rate can move visibly.
-    config = TrainingConfig(batch_size=4, learning_rate=1e-9, objective_learning_rate=1e-2)
+    config = TrainingConfig(
+        batch_size=4, learning_rate=1e-9, objective_learning_rate=1e-2,
+        decoupled_updates=True, inner_rate=0.0,
+    )  # fmt: skip
     result = fine_tune(model, objective, sets, tmp_path / "run", config, progress=False)
     after = model.backbone.state_dict()
     assert max(float((before[k] - after[k]).abs().max()) for k in before) < 1e-6
-    head = objective.heads["2"]
+    head = model.exit_heads["2"]
     assert float((head.weight.detach() - torch.eye(model.dim)).abs().max()) > 1e-3
     assert (result.last_dir / EXIT_HEADS_DIR / "state.safetensors").is_file()
 
@@ -771,3 +768,77 @@ def test_exit_heads_of_the_wrong_shape_are_refused(tmp_path: Path) -> None:
     assert sorted(load_exit_heads(tmp_path, 4)) == [1]
     with pytest.raises(DemitasseError, match="expected"):
         load_exit_heads(tmp_path, 8)
+
+
+# ---- the pieces Espresso is composed of ------------------------------------------------------
+
+
+def test_espresso_is_a_layerwise_loss_of_its_pieces() -> None:
+    from demitasse.training import (
+        AlignmentLoss,
+        LayerwiseLoss,
+        NestedPrefixLoss,
+        PrefixLoss,
+        WeightedSum,
+    )
+
+    layers = [PairBatch(*_pairs(d=16, seed=s)) for s in range(4)]  # embeddings + 3 blocks
+    base = InBatchNegativesLoss()
+    options: dict[str, Any] = {"compress_dim": 4, "prefix_loss": True, "express_weight": 0.5}
+    espresso = EspressoLoss(base, 3, matryoshka_dims=(8, 2), compress_weight=0.3, **options)
+    align = AlignmentLoss(4)
+    last = WeightedSum(
+        [(1.0, base), (1.0, PrefixLoss(base, 4)), (1.0, NestedPrefixLoss(base, [8, 2])),
+         (0.3, align)]
+    )  # fmt: skip
+    composed = LayerwiseLoss(last, [(0.5, PrefixLoss(base, 4)), (0.3, align)], num_layers=3)
+    ours, theirs = espresso.split(layers), composed.split(layers)
+    assert float(ours.primary) == pytest.approx(float(theirs.primary), rel=1e-6)
+    assert ours.auxiliary is not None and theirs.auxiliary is not None
+    assert float(ours.auxiliary) == pytest.approx(float(theirs.auxiliary), rel=1e-6)
+    assert float(espresso(layers)) == pytest.approx(float(ours.primary + ours.auxiliary))
+    # A loss over the last layer alone has no auxiliary part.
+    assert LastLayerLoss(base).split(layers).auxiliary is None
+    assert not LastLayerLoss(base).has_auxiliary_part and espresso.has_auxiliary_part
+
+
+def test_adding_exit_heads_leaves_the_random_generator_alone() -> None:
+    # The trainer adds heads after seeding: drawing from the generator would change dropout.
+    torch.manual_seed(0)
+    expected = torch.rand(4)
+    torch.manual_seed(0)
+    heads = ExitHeads()
+    heads.add([2, 1], 8)
+    heads.add([1], 8)  # a layer that has a head keeps it
+    assert torch.equal(torch.rand(4), expected)
+    assert list(heads) == ["2", "1"]
+    assert all(torch.equal(h.weight, torch.eye(8)) and not h.bias.any() for h in heads.values())
+
+
+def test_update_options_need_an_objective_with_inner_terms(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    sets, _ = _sets()
+    model = SentenceModel.load(tiny_model, device="cpu")
+    for options in ({"gradient_priority": True}, {"decoupled_updates": True}):
+        with pytest.raises(DemitasseError, match="inner-layer terms"):
+            fine_tune(
+                model, LastLayerLoss(CoSENTLoss()), sets, tmp_path / "run",
+                TrainingConfig(batch_size=4, **options), progress=False,
+            )  # fmt: skip
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_static_model_is_refused_for_fine_tuning(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    from demitasse.static import StaticModel
+
+    vocab = {"[UNK]": 0, "a": 1, "b": 2}
+    tokenizer = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = Whitespace()
+    StaticModel(np.eye(len(vocab), 4, dtype=np.float32), tokenizer).save(tmp_path / "static")
+    with pytest.raises(DemitasseError, match="static model; fine-tuning needs a transformer"):
+        SentenceModel.load(tmp_path / "static")

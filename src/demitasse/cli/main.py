@@ -363,6 +363,7 @@ def _run_train(args: argparse.Namespace) -> int:
         DEFAULT_TRAINING_DATA,
         load_training_sets,
         make_objective,
+        split_options,
     )
     from demitasse.training.trainer import check_run_directory
 
@@ -397,17 +398,21 @@ def _run_train(args: argparse.Namespace) -> int:
     sets = load_training_sets(names, args.data_dir)
     dev = load_stsb("dev", args.data_dir)
     model = SentenceModel.load(args.model)
-    objective = make_objective(args.method, model.num_layers, model.dim, args.loss, **options)
+    objective_options, update_options = split_options(options)
+    objective = make_objective(
+        args.method, model.num_layers, model.dim, args.loss, **objective_options
+    )
     config = TrainingConfig(
-        epochs=args.epochs,
+        max_epochs=args.epochs,
         batch_size=args.batch_size,
         learning_rate=args.lr,
         max_steps=args.max_steps,
-        eval_steps=args.eval_steps,
+        eval_every=args.eval_steps,
         patience=args.patience or None,
         seed=args.seed,
         train_backbone=not args.frozen_encoder,
         objective_learning_rate=args.head_lr or own_learning_rate(objective),
+        **update_options,
     )
     _log(f"training {args.method} on {', '.join(f'{s.name} ({len(s)})' for s in sets)}")
     result = fine_tune(model, objective, sets, args.out, config, dev=dev, description=args.method)

@@ -29,49 +29,58 @@ option (``REFERENCE_CODE`` sets all four):
   width loss at the last layer, and in place of it at the inner layers, as the code does (the
   paper's L_express is on full-width embeddings only).
 
-Beyond both, these options:
+The objective is built from pieces that compose as sentence-transformers' loss wrappers do:
+:class:`LayerwiseLoss` (learn-to-express: a loss on the last layer plus weighted terms on
+each inner layer, like ``AdaptiveLayerLoss`` over every layer), :class:`AlignmentLoss`
+(learn-to-compress on one layer) and the one-layer wrappers of :mod:`demitasse.training.losses`
+(:class:`PrefixLoss`, :class:`NestedPrefixLoss`, :class:`WeightedSum`). :class:`EspressoLoss`
+is their composition for the settings below, as ``Matryoshka2dLoss`` is a composition of
+``AdaptiveLayerLoss`` and ``MatryoshkaLoss``.
 
-* ``gradient_priority`` gives the last layer's terms right of way: wherever, in one parameter
-  tensor, the inner layers' gradient points against the last layer's, its component along the
-  last layer's gradient is removed before the two are added (the one-sided form of PCGrad, Yu
-  et al., NeurIPS 2020). To first order the inner layers then cost the last layer nothing; each
-  step takes a second backward pass.
-* ``decoupled_updates`` makes the last layer's terms and the inner layers' terms two updates
-  with their own AdamW moments (the trainer steps once per part). Summed into one gradient,
-  AdamW divides the last layer's share by the combined magnitude, so in the shared lower
-  blocks the last layer's loss trains at a fraction of the rate it gets in plain training;
-  decoupled, each part moves at the full rate (the inner part at ``inner_rate`` times it: under
-  AdamW a loss weight such as alpha no longer sets a part's step size). Also a second backward
-  pass per step.
-* ``exit_heads`` gives every inner layer a linear head (``dim`` × ``dim``, starting as the
-  identity) that its express and compress terms see instead of the pooled embedding; the
-  trainer fits the heads at the objective's own learning rate. A layer's mean-pooled embedding
-  is poor mostly because of a few dominant directions that a linear map removes, which the
-  backbone can only do by changing what the layers above it receive; with heads, the inner
-  layers need little from the backbone (``inner_rate`` may then be 0: the inner terms train
-  the heads alone). The model saves them in ``exit_heads/`` (see
-  :mod:`demitasse.encoders.exit_heads`); encoding and export apply them.
+Beyond the paper and the code, these options:
+
+* ``exit_heads`` reads every inner layer through a linear head (``dim`` × ``dim``, starting as
+  the identity) that its express and compress terms see instead of the pooled embedding. The
+  heads belong to the model (:class:`demitasse.training.model.SentenceModel` owns, trains and
+  saves them in ``exit_heads/``, see :mod:`demitasse.encoders.exit_heads`; encoding and export
+  apply them); the loss only names the layers (``exit_layers``), and the trainer fits the
+  heads at the objective's own learning rate. A layer's mean-pooled embedding is poor mostly
+  because of a few dominant directions that a linear map removes, which the backbone can only
+  do by changing what the layers above it receive; with heads, the inner layers need little
+  from the backbone.
 * ``compress_last=False`` keeps learn-to-compress off the last layer (the inner layers keep
   it): the alignment of the last layer's first k dims to its PCA target competes with the base
   loss there, and ``matryoshka_dims`` trains that layer's prefixes directly.
 * ``matryoshka_dims`` adds the base loss on those prefixes of the last layer (a
-  :class:`MatryoshkaLoss` over them): PCA alignment only reorders what the layer holds, and on
-  a model whose truncations already beat its PCA projections it cannot make a 32-dim prefix as
-  good as Matryoshka training does.
+  :class:`NestedPrefixLoss` over them): PCA alignment only reorders what the layer holds, and
+  on a model whose truncations already beat its PCA projections it cannot make a 32-dim prefix
+  as good as Matryoshka training does.
+
+The last layer's terms and the inner layers' terms are the two parts of
+:meth:`LayerwiseLoss.split`; gradient priority (the last layer's terms get right of way) and
+decoupled updates (one AdamW per part, the inner part at its own rate) are how the trainer
+updates from them: :class:`demitasse.training.trainer.TrainingConfig` and
+:mod:`demitasse.training.updates`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F  # noqa: N812  (torch convention)
 
-from demitasse.encoders.exit_heads import save_exit_heads
 from demitasse.errors import DemitasseError
-from demitasse.training.losses import BaseLoss, MatryoshkaLoss, ModelLoss, PairBatch
+from demitasse.training.losses import (
+    BaseLoss,
+    LossSplit,
+    ModelLoss,
+    NestedPrefixLoss,
+    PairBatch,
+    PrefixLoss,
+    WeightedSum,
+)
 
 LAYER_WEIGHTINGS = ("default", "none", "dynamic")
 COMPRESSIONS = ("dependencies", "embeddings", "none")
@@ -90,10 +99,16 @@ REFERENCE_CODE: dict[str, str | bool] = {
 }
 
 
-def own_learning_rate(objective: torch.nn.Module) -> float | None:
-    """The default rate of a training objective's own parameters (exit heads, learnt layer
-    weights); None when it has none."""
-    return OWN_PARAMETERS_LEARNING_RATE if any(True for _ in objective.parameters()) else None
+def own_learning_rate(objective: ModelLoss) -> float | None:
+    """The default rate of what an objective trains besides the encoder (exit heads, learnt
+    layer weights); None when it trains nothing else."""
+    has_own = any(True for _ in objective.parameters()) or bool(objective.exit_layers)
+    return OWN_PARAMETERS_LEARNING_RATE if has_own else None
+
+
+def _check_choice(value: str, allowed: tuple[str, ...], what: str) -> None:
+    if value not in allowed:
+        raise DemitasseError(f"espresso: {what} must be one of {allowed}, got {value!r}")
 
 
 def compression_target(
@@ -131,93 +146,64 @@ def alignment_loss(prefix: torch.Tensor, target: torch.Tensor, temperature: floa
     return mse + kl
 
 
-def deconflicted(
-    auxiliary: torch.Tensor | None, primary: torch.Tensor | None
-) -> torch.Tensor | None:
-    """``auxiliary`` without its component along ``primary`` when the two point against each
-    other (a negative dot product); unchanged otherwise."""
-    if auxiliary is None or primary is None:
-        return auxiliary
-    dot = (auxiliary * primary).sum()
-    if dot < 0:
-        return auxiliary - dot / (primary * primary).sum().clamp_min(1e-30) * primary
-    return auxiliary
+class AlignmentLoss:
+    """Learn-to-compress on one layer: the first ``dim`` dims of every embedding of the batch
+    aligned to its PCA-compressed target (:func:`compression_target`, :func:`alignment_loss`)."""
+
+    def __init__(
+        self,
+        dim: int,
+        compression: str = "dependencies",
+        scaling: str = "none",
+        temperature: float = 1.0,
+    ) -> None:
+        _check_choice(compression, COMPRESSIONS[:2], "compression of an AlignmentLoss")
+        _check_choice(scaling, PCA_SCALINGS, "pca_scaling")
+        if dim < 1 or temperature <= 0:
+            raise DemitasseError("espresso: compress_dim and kl_temperature must be positive")
+        self.dim, self.compression, self.scaling = dim, compression, scaling
+        self.temperature = temperature
+
+    def __call__(self, batch: PairBatch) -> torch.Tensor:
+        X = batch.all_rows()  # noqa: N806
+        k = min(self.dim, X.shape[-1])
+        target = compression_target(X, k, self.compression, self.scaling)
+        return alignment_loss(X[:, :k], target.to(X.dtype), self.temperature)
 
 
-def _add(left: torch.Tensor | None, right: torch.Tensor | None) -> torch.Tensor | None:
-    if left is None or right is None:
-        return right if left is None else left
-    return left + right
+class LayerwiseLoss(ModelLoss):
+    """Learn-to-express: ``last`` on the last layer plus, on every inner layer i,
+    ``Σ_t weight_t · w_i · term_t(layer i)`` for the weighted ``inner_terms``.
 
-
-class EspressoLoss(ModelLoss):
-    """The ESE objective around a base loss; see the module docstring for every option."""
+    ``layer_indexing`` picks the inner layers (``paper``: hidden states 1..n−1 with
+    w_i = 1/(1+ln i); ``reference``: 0..n−2 with w_i = 1/(1+ln(1+i))); ``layer_weighting``
+    ``none`` sets every w_i = 1 and ``dynamic`` learns them as (n−1)·softmax(θ);
+    ``inner_reduction="mean"`` divides the inner sum by the number of inner layers.
+    ``exit_heads`` reads the inner layers through the model's exit heads.
+    """
 
     fixed_weights: torch.Tensor  # a buffer
 
     def __init__(
         self,
-        base: BaseLoss,
+        last: BaseLoss,
+        inner_terms: Sequence[tuple[float, BaseLoss]],
         num_layers: int,
-        compress_dim: int = 128,
-        express_weight: float = 1.0,
-        compress_weight: float = 1.0,
-        layer_weighting: str = "default",
-        compression: str = "dependencies",
         layer_indexing: str = "paper",
-        pca_scaling: str = "none",
+        layer_weighting: str = "default",
         inner_reduction: str = "sum",
-        prefix_loss: bool = False,
-        matryoshka_dims: Sequence[int] = (),
-        gradient_priority: bool = False,
-        decoupled_updates: bool = False,
-        inner_rate: float = 1.0,
         exit_heads: bool = False,
-        compress_last: bool = True,
-        dim: int | None = None,
-        kl_temperature: float = 1.0,
     ) -> None:
         super().__init__()
-        for value, allowed, what in (
-            (layer_weighting, LAYER_WEIGHTINGS, "layer_weighting"),
-            (compression, COMPRESSIONS, "compression"),
-            (layer_indexing, LAYER_INDEXINGS, "layer_indexing"),
-            (pca_scaling, PCA_SCALINGS, "pca_scaling"),
-            (inner_reduction, INNER_REDUCTIONS, "inner_reduction"),
-        ):
-            if value not in allowed:
-                raise DemitasseError(f"espresso: {what} must be one of {allowed}, got {value!r}")
+        _check_choice(layer_weighting, LAYER_WEIGHTINGS, "layer_weighting")
+        _check_choice(layer_indexing, LAYER_INDEXINGS, "layer_indexing")
+        _check_choice(inner_reduction, INNER_REDUCTIONS, "inner_reduction")
         if num_layers < 2:
             raise DemitasseError("espresso needs a model with at least 2 layers")
-        if inner_rate < 0 or (inner_rate != 1.0 and not decoupled_updates):
-            raise DemitasseError(
-                "espresso: inner_rate must be >= 0 and applies with decoupled_updates"
-            )
-        if exit_heads and (dim is None or dim < 1):
-            raise DemitasseError("espresso: exit_heads needs the model's dim")
-        if compress_dim < 1 or kl_temperature <= 0:
-            raise DemitasseError("espresso: compress_dim and kl_temperature must be positive")
-        self.base = base
+        self._last, self._inner_terms = last, list(inner_terms)
         self.num_layers = num_layers
-        self.compress_dim = compress_dim
-        self.express_weight = express_weight
-        self.compress_weight = compress_weight
-        self.layer_weighting = layer_weighting
-        self.compression = compression
-        self.layer_indexing = layer_indexing
-        self.pca_scaling = pca_scaling
-        self.inner_reduction = inner_reduction
-        self.prefix_loss = prefix_loss
-        self.matryoshka_dims = sorted({int(d) for d in matryoshka_dims}, reverse=True)
-        self.matryoshka = MatryoshkaLoss(base, self.matryoshka_dims) if matryoshka_dims else None
-        self.gradient_priority = gradient_priority
-        self.decoupled_updates = decoupled_updates
-        self.inner_rate = inner_rate
-        self.exit_heads = exit_heads
-        self.compress_last = compress_last
-        self.dim = dim
-        self.kl_temperature = kl_temperature
-        self._split: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.layer_indexing, self.layer_weighting = layer_indexing, layer_weighting
+        self.inner_reduction, self.exit_heads = inner_reduction, exit_heads
         # Hidden-state indices of the inner layers and their default weights.
         if layer_indexing == "paper":
             self.inner = list(range(1, num_layers))
@@ -233,13 +219,7 @@ class EspressoLoss(ModelLoss):
             if layer_weighting == "dynamic"
             else None
         )
-        self.heads = torch.nn.ModuleDict()
-        for i in self.inner if exit_heads else []:
-            head = torch.nn.Linear(int(dim or 0), int(dim or 0))
-            with torch.no_grad():
-                head.weight.copy_(torch.eye(head.in_features))
-                head.bias.zero_()
-            self.heads[str(i)] = head
+        self.exit_layers = tuple(self.inner) if exit_heads else ()
 
     def layer_weights(self) -> torch.Tensor:
         """Weights of the inner layers (hidden-state indices ``self.inner``), before
@@ -248,103 +228,79 @@ class EspressoLoss(ModelLoss):
             return self.fixed_weights
         return len(self.inner) * torch.softmax(self.layer_logits, dim=0)
 
-    def _compress_dim(self, batch: PairBatch) -> int:
-        return min(self.compress_dim, batch.anchors.shape[-1])
+    @property
+    def has_auxiliary_part(self) -> bool:
+        return True
 
-    def _align(self, batch: PairBatch) -> torch.Tensor:
-        X = batch.all_rows()  # noqa: N806
-        k = self._compress_dim(batch)
-        target = compression_target(X, k, self.compression, self.pca_scaling)
-        return alignment_loss(X[:, :k], target.to(X.dtype), self.kl_temperature)
-
-    def forward(self, layers: Sequence[PairBatch]) -> torch.Tensor:
+    def split(self, layers: Sequence[PairBatch]) -> LossSplit:
         if len(layers) != self.num_layers + 1:
             raise DemitasseError(
                 f"espresso: expected {self.num_layers + 1} hidden states, got {len(layers)}"
             )
-        last = layers[self.num_layers]
         weights = self.layer_weights()
         if self.inner_reduction == "mean":
             weights = weights / len(self.inner)
-        compressing = bool(self.compress_weight) and self.compression != "none"
-        # The last layer's terms ...
-        primary = self.base(last)
-        if self.prefix_loss:
-            primary = primary + self.base(last.prefix(self._compress_dim(last)))
-        if self.matryoshka is not None:
-            primary = primary + self.matryoshka([last])
-        if compressing and self.compress_last:
-            primary = primary + self.compress_weight * self._align(last)
-        # ... and the inner layers'.
+        primary = self._last(layers[self.num_layers])
         inner = weights.sum() * 0.0
-        exits = {i: self._exit(i, layers[i]) for i in self.inner}
-        if self.express_weight:
-            express = torch.stack([self.base(self._expressed(exits[i])) for i in self.inner])
-            inner = inner + self.express_weight * (weights * express).sum()
-        if compressing:
-            aligned = torch.stack([self._align(exits[i]) for i in self.inner])
-            inner = inner + self.compress_weight * (weights * aligned).sum()
-        # Kept for gradients(), which the trainer calls next: the two parts need their own
-        # backward passes through this one forward graph.
-        split = (self.gradient_priority or self.decoupled_updates) and self.training
-        self._split = (primary, inner) if split else None
-        return primary + inner
+        for weight, term in self._inner_terms:
+            values = torch.stack([term(layers[i]) for i in self.inner])
+            inner = inner + weight * (weights * values).sum()
+        return LossSplit(primary, inner)
 
-    @property
-    def update_parts(self) -> int:
-        return 2 if self.decoupled_updates else 1
-
-    @property
-    def update_rates(self) -> list[float]:
-        return [1.0, self.inner_rate] if self.decoupled_updates else [1.0]
-
-    def gradients(
-        self, loss: torch.Tensor, parameters: Sequence[torch.nn.Parameter]
-    ) -> list[list[torch.Tensor | None]]:
-        if self._split is None:
-            return super().gradients(loss, parameters)
-        (primary, inner), self._split = self._split, None
-        params = list(parameters)
-        first = torch.autograd.grad(primary, params, retain_graph=True, allow_unused=True)
-        # At inner rate 0 the encoder takes no step from the inner terms: stop their backward
-        # pass at the objective's own parameters (the exit heads).
-        own = {id(p) for p in self.parameters()}
-        wanted = [p for p in params if self.inner_rate > 0 or id(p) in own]
-        found: dict[int, torch.Tensor | None] = {}
-        if inner.requires_grad and wanted:
-            grads = torch.autograd.grad(inner, wanted, allow_unused=True)
-            found = dict(zip(map(id, wanted), grads, strict=True))
-        second = [found.get(id(p)) for p in params]
-        if self.gradient_priority:
-            second = [deconflicted(g, f) for g, f in zip(second, first, strict=True)]
-        if self.decoupled_updates:
-            return [list(first), list(second)]
-        return [[_add(f, g) for f, g in zip(first, second, strict=True)]]
-
-    def _exit(self, index: int, batch: PairBatch) -> PairBatch:
-        """Hidden state ``index``'s embeddings through its exit head (unchanged without)."""
-        return batch.mapped(self.heads[str(index)]) if str(index) in self.heads else batch
-
-    def save_artifacts(self, directory: Path) -> None:
-        """The exit heads, keyed by the encoder's layer numbers (hidden-state indices)."""
-        if len(self.heads):
-            save_exit_heads(
-                directory,
-                {
-                    int(i): (
-                        _linear(head).weight.detach().cpu().numpy(),
-                        _linear(head).bias.detach().cpu().numpy(),
-                    )
-                    for i, head in self.heads.items()
-                },
-            )
-
-    def _expressed(self, batch: PairBatch) -> PairBatch:
-        """What an inner layer's base loss sees: its first k dims under ``prefix_loss``."""
-        return batch.prefix(self._compress_dim(batch)) if self.prefix_loss else batch
+    def forward(self, layers: Sequence[PairBatch]) -> torch.Tensor:
+        return self.split(layers).total
 
 
-def _linear(module: torch.nn.Module) -> torch.nn.Linear:
-    """An exit head, which is a Linear layer (the ModuleDict only knows it as a Module)."""
-    assert isinstance(module, torch.nn.Linear)
-    return module
+class EspressoLoss(LayerwiseLoss):
+    """The ESE objective around a base loss: a :class:`LayerwiseLoss` whose last-layer loss
+    and inner terms are built from the settings (see the module docstring for each)."""
+
+    def __init__(
+        self,
+        base: BaseLoss,
+        num_layers: int,
+        compress_dim: int = 128,
+        express_weight: float = 1.0,
+        compress_weight: float = 1.0,
+        layer_weighting: str = "default",
+        compression: str = "dependencies",
+        layer_indexing: str = "paper",
+        pca_scaling: str = "none",
+        inner_reduction: str = "sum",
+        prefix_loss: bool = False,
+        matryoshka_dims: Sequence[int] = (),
+        exit_heads: bool = False,
+        compress_last: bool = True,
+        kl_temperature: float = 1.0,
+    ) -> None:
+        _check_choice(compression, COMPRESSIONS, "compression")
+        _check_choice(pca_scaling, PCA_SCALINGS, "pca_scaling")
+        if compress_dim < 1 or kl_temperature <= 0:
+            raise DemitasseError("espresso: compress_dim and kl_temperature must be positive")
+        dims = sorted({int(d) for d in matryoshka_dims}, reverse=True)
+        alignment = (
+            AlignmentLoss(compress_dim, compression, pca_scaling, kl_temperature)
+            if compress_weight and compression != "none"
+            else None
+        )
+        expressed = PrefixLoss(base, compress_dim) if prefix_loss else base
+        last: list[tuple[float, BaseLoss]] = [(1.0, base)]
+        last += [(1.0, expressed)] if prefix_loss else []
+        last += [(1.0, NestedPrefixLoss(base, dims))] if dims else []
+        last += [(compress_weight, alignment)] if alignment and compress_last else []
+        inner: list[tuple[float, BaseLoss]] = (
+            [(express_weight, expressed)] if express_weight else []
+        )
+        inner += [(compress_weight, alignment)] if alignment else []
+        super().__init__(
+            WeightedSum(last), inner, num_layers, layer_indexing, layer_weighting,
+            inner_reduction, exit_heads,
+        )  # fmt: skip
+        self.alignment = alignment
+        # The settings, for describe(): what a checkpoint of this objective must match.
+        self.base, self.compress_dim, self.express_weight = base, compress_dim, express_weight
+        self.compress_weight, self.compression, self.pca_scaling = (
+            compress_weight, compression, pca_scaling,
+        )  # fmt: skip
+        self.prefix_loss, self.matryoshka_dims = prefix_loss, dims
+        self.compress_last, self.kl_temperature = compress_last, kl_temperature

@@ -2,15 +2,22 @@
 
 A *base loss* maps a :class:`PairBatch` (the embeddings of one layer for one batch) to a scalar:
 CoSENT, in-batch negatives (InfoNCE), the AnglE angle term, or the AnglE combination of the
-three. A *model loss* maps the embeddings of every layer to a scalar and wraps a base loss, as
+three. Base losses wrap base losses: :class:`PrefixLoss` (the first k dims),
+:class:`NestedPrefixLoss` (several prefixes, as Matryoshka training) and :class:`WeightedSum`.
+A *model loss* maps the embeddings of every layer to a scalar and wraps a base loss, as
 sentence-transformers' MatryoshkaLoss wraps its inner loss: :class:`LastLayerLoss` (plain
 training), :class:`MatryoshkaLoss` (prefixes of the last layer) and, in
-:mod:`demitasse.training.espresso`, the Espresso loss.
+:mod:`demitasse.training.espresso`, the layer-wise loss behind Espresso.
+
+A model loss also says how its value splits into update parts (:meth:`ModelLoss.split`): the
+last layer's terms and the others'. How the trainer turns the parts into updates (one gradient,
+gradient priority, decoupled optimisers) is the trainer's business
+(:mod:`demitasse.training.updates`), not the loss's.
 """
 
 from __future__ import annotations
 
-import inspect
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,6 +176,50 @@ class AnglELoss:
         return total
 
 
+class PrefixLoss:
+    """A base loss on the first ``dim`` dimensions of the embeddings (all of them when fewer)."""
+
+    def __init__(self, base: BaseLoss, dim: int) -> None:
+        if dim < 1:
+            raise DemitasseError("PrefixLoss needs a positive dim")
+        self.base = base
+        self.dim = dim
+
+    def __call__(self, batch: PairBatch) -> torch.Tensor:
+        return self.base(batch.prefix(min(self.dim, batch.anchors.shape[-1])))
+
+
+class NestedPrefixLoss:
+    """A base loss summed over several prefixes of the embeddings (weight 1 each, as
+    sentence-transformers' MatryoshkaLoss does by default)."""
+
+    def __init__(self, base: BaseLoss, dims: Sequence[int]) -> None:
+        if not dims or any(int(d) < 1 for d in dims):
+            raise DemitasseError("MatryoshkaLoss needs positive dims")
+        self.base = base
+        self.dims = sorted({int(d) for d in dims}, reverse=True)
+
+    def __call__(self, batch: PairBatch) -> torch.Tensor:
+        width = batch.anchors.shape[-1]
+        return torch.stack([self.base(batch.prefix(min(d, width))) for d in self.dims]).sum()
+
+
+class WeightedSum:
+    """``Σ weight · term(batch)`` over base losses, added in the order given."""
+
+    def __init__(self, terms: Sequence[tuple[float, BaseLoss]]) -> None:
+        if not terms:
+            raise DemitasseError("WeightedSum needs at least one term")
+        self.terms = list(terms)
+
+    def __call__(self, batch: PairBatch) -> torch.Tensor:
+        (first_weight, first), *rest = self.terms
+        total = first_weight * first(batch)
+        for weight, term in rest:
+            total = total + weight * term(batch)
+        return total
+
+
 BASE_LOSSES = {
     "angle": AnglELoss,
     "cosent": CoSENTLoss,
@@ -183,6 +234,20 @@ def make_base_loss(name: str) -> BaseLoss:
     return BASE_LOSSES[name]()
 
 
+@dataclass
+class LossSplit:
+    """A model loss's value in update parts: ``primary`` (the last layer's terms) and
+    ``auxiliary`` (the other layers' terms; None for a loss that has none)."""
+
+    primary: torch.Tensor
+    auxiliary: torch.Tensor | None = None
+
+    @functools.cached_property
+    def total(self) -> torch.Tensor:
+        """The loss's value (one node of the graph, however often it is asked for)."""
+        return self.primary if self.auxiliary is None else self.primary + self.auxiliary
+
+
 class ModelLoss(torch.nn.Module):
     """A loss over every layer's embeddings: ``layers[i]`` is the batch at hidden state i.
 
@@ -191,31 +256,21 @@ class ModelLoss(torch.nn.Module):
     model and are checkpointed with it.
     """
 
+    #: The hidden states this loss reads through the model's exit heads (the trainer gives the
+    #: model a head for each; the model owns, trains and saves them).
+    exit_layers: tuple[int, ...] = ()
+
     def forward(self, layers: Sequence[PairBatch]) -> torch.Tensor:
         raise NotImplementedError
 
-    @property
-    def update_parts(self) -> int:
-        """How many separately normalised updates a step makes: the trainer keeps one AdamW
-        (its own moments) per part, and :meth:`gradients` returns one gradient set per part."""
-        return 1
+    def split(self, layers: Sequence[PairBatch]) -> LossSplit:
+        """The loss in update parts; a loss over the last layer alone has one."""
+        return LossSplit(self(layers))
 
     @property
-    def update_rates(self) -> list[float]:
-        """The learning-rate factor of each update part."""
-        return [1.0] * self.update_parts
-
-    def gradients(
-        self, loss: torch.Tensor, parameters: Sequence[torch.nn.Parameter]
-    ) -> list[list[torch.Tensor | None]]:
-        """The gradients of ``parameters`` for each update part, from ``loss``, the value
-        :meth:`forward` just returned (plain backpropagation, one part; Espresso's gradient
-        priority and decoupled updates override it)."""
-        params = list(parameters)
-        for parameter in params:
-            parameter.grad = None
-        loss.backward()
-        return [[p.grad for p in params]]
+    def has_auxiliary_part(self) -> bool:
+        """Whether :meth:`split` gives an auxiliary part (terms beyond the last layer's)."""
+        return False
 
     def embed(self, last: torch.Tensor) -> torch.Tensor:
         """The sentence embedding this objective trains, from the last layer's pooled output
@@ -239,18 +294,6 @@ class ModelLoss(torch.nn.Module):
                 settings["base"] = type(value).__name__
         return settings
 
-    def default_settings(self) -> dict[str, object]:
-        """The constructor's defaults as :meth:`describe` writes them: a checkpoint that
-        predates a setting was trained with its default."""
-        defaults: dict[str, object] = {}
-        for name, parameter in inspect.signature(type(self).__init__).parameters.items():
-            value = parameter.default
-            if isinstance(value, list | tuple) and all(isinstance(v, int) for v in value):
-                defaults[name] = list(value)
-            elif value is not inspect.Parameter.empty:
-                defaults[name] = value
-        return defaults
-
 
 class LastLayerLoss(ModelLoss):
     """Plain training: the base loss on the last layer at full width."""
@@ -269,12 +312,9 @@ class MatryoshkaLoss(ModelLoss):
 
     def __init__(self, base: BaseLoss, dims: Sequence[int]) -> None:
         super().__init__()
-        if not dims or any(int(d) < 1 for d in dims):
-            raise DemitasseError("MatryoshkaLoss needs positive dims")
+        self._prefixes = NestedPrefixLoss(base, dims)
         self.base = base
-        self.dims = sorted({int(d) for d in dims}, reverse=True)
+        self.dims = self._prefixes.dims
 
     def forward(self, layers: Sequence[PairBatch]) -> torch.Tensor:
-        last = layers[-1]
-        width = last.anchors.shape[-1]
-        return torch.stack([self.base(last.prefix(min(d, width))) for d in self.dims]).sum()
+        return self._prefixes(layers[-1])

@@ -29,6 +29,9 @@ TRAINING_SETS: dict[str, Callable[[DataDir], TrainingSet]] = {
 DEFAULT_TRAINING_DATA = ("stsb-train", "snli")
 METHODS = ("raw", "mrl", "ese")
 MRL_DIMS = (384, 256, 128, 64, 32, 16, 8)
+#: Espresso settings that say how the trainer updates from the objective's parts: they go to
+#: :class:`TrainingConfig`, the others to :class:`EspressoLoss`.
+UPDATE_OPTIONS = ("gradient_priority", "decoupled_updates", "inner_rate")
 
 
 def load_training_sets(names: Sequence[str], data_dir: DataDir = None) -> list[TrainingSet]:
@@ -65,9 +68,10 @@ def make_objective(
 ) -> ModelLoss:
     """``raw`` (last layer), ``mrl`` (Matryoshka over ``mrl_dims`` ≤ dim) or ``ese``.
 
-    ``espresso`` options go to :class:`EspressoLoss`; ``compress_dim`` defaults to dim / 3
-    rounded to a multiple of 8 (128 for a 384-d model, 256 for 768-d: the paper's k = 128 on
-    BERT-base-sized models scaled to the width).
+    ``espresso`` options go to :class:`EspressoLoss` (:func:`split_options` separates them
+    from the trainer's); ``compress_dim`` defaults to dim / 3 rounded to a multiple of 8 (128
+    for a 384-d model, 256 for 768-d: the paper's k = 128 on BERT-base-sized models scaled to
+    the width).
     """
     base = make_base_loss(loss)
     if method == "raw":
@@ -76,7 +80,13 @@ def make_objective(
         return MatryoshkaLoss(base, [d for d in mrl_dims if d <= dim] or [dim])
     if method == "ese":
         espresso.setdefault("compress_dim", max(8, (dim // 3) // 8 * 8))
-        if espresso.get("exit_heads"):
-            espresso.setdefault("dim", dim)
         return EspressoLoss(base, num_layers, **espresso)
     raise DemitasseError(f"unknown training method {method!r}; choose from {', '.join(METHODS)}")
+
+
+def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A method's options as (:func:`make_objective` keywords, :class:`TrainingConfig`
+    keywords): the update options (:data:`UPDATE_OPTIONS`) are the trainer's."""
+    objective = {k: v for k, v in options.items() if k not in UPDATE_OPTIONS}
+    updates = {k: v for k, v in options.items() if k in UPDATE_OPTIONS}
+    return objective, updates

@@ -1,17 +1,20 @@
-"""The fine-tuning loop shared by every training method (Espresso, its baselines, poolers).
+"""Fine-tuning a sentence encoder on the shared training loop (:mod:`demitasse.loop`).
 
-AdamW with linear warm-up then linear decay, gradient clipping, evaluation on a dev set of
-scored pairs (STS-B dev by default in the CLI) every ``eval_steps`` and at each epoch end,
-early stopping after ``patience`` evaluations without improvement, and checkpoints written
-atomically so an interrupted run resumes where it stopped. Runs on the GPU when the model is
-on one.
+:func:`fine_tune` describes its work to :func:`demitasse.loop.run_loop` as a task: a step is
+the learning-rate schedule (linear warm-up, then linear decay), the forward pass, the
+gradients of each update part (:mod:`demitasse.training.updates`: decoupled updates, gradient
+priority) and the optimiser steps with gradient clipping; validation is the score on a dev set
+of scored pairs (STS-B dev by default in the CLI: higher is better, the untrained model scored
+first), every ``eval_every`` steps and at each epoch end, with early stopping after
+``patience`` validations without improvement. Checkpoints are written atomically so an
+interrupted run resumes where it stopped. Runs on the GPU when the model is on one.
 
 Layout of ``output_dir``::
 
-    checkpoint/   backbone.safetensors, optimizer.safetensors, loss.safetensors, state.json
+    checkpoint/   see :mod:`demitasse.training.checkpoint`
     best/         the sentence-transformers model with the best dev score (the result)
     last/         the model at the end of training (fixed-budget comparisons)
-    training.json the configuration, dev scores per evaluation, steps and seconds
+    training.json the configuration, dev scores per validation, steps and seconds
 
 A resumed run replays the same batch order (it is a function of the seed and the epoch) and
 skips the batches already done; dropout noise after the resume differs.
@@ -20,7 +23,7 @@ skips the batches already done; dropout noise after the resume differs.
 from __future__ import annotations
 
 import dataclasses
-import time
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,17 +31,21 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, load_model, save_file, save_model
-from tqdm.auto import tqdm
 
 from demitasse.data.nli import NLI_LABELS, NLIPairs, Triples
 from demitasse.data.overlap import UnorderedPair, held_out_mask
 from demitasse.data.pairs import ScoredPairs
-from demitasse.errors import DataError, DemitasseError, one_line
-from demitasse.io import atomic_directory, atomic_write_json, read_json, strict_json
+from demitasse.errors import DataError, DemitasseError
+from demitasse.io import atomic_write_json
+from demitasse.loop import LoopSettings, LoopState, run_loop
 from demitasse.metrics import spearman_x100
+from demitasse.training.checkpoint import _Checkpoint
+from demitasse.training.checkpoint import check_run_directory as check_run_directory
 from demitasse.training.losses import ModelLoss, PairBatch
 from demitasse.training.model import SentenceModel
+from demitasse.training.updates import Updates, parameter_groups
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,29 +125,40 @@ class TrainingSet:
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    """Hyperparameters of the loop (the objective carries its own)."""
+    """Hyperparameters of the loop and of the updates (the objective carries its own).
 
-    epochs: int = 1
+    ``max_epochs``, ``max_steps``, ``eval_every``, ``patience`` and ``checkpoint_every`` mean
+    what they mean in :class:`demitasse.loop.LoopSettings`.
+    """
+
+    max_epochs: int = 1
     batch_size: int = 32
     learning_rate: float = 2e-5
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     max_grad_norm: float = 1.0
     max_steps: int | None = None
-    eval_steps: int = 100
+    eval_every: int = 100
     patience: int | None = 5
-    checkpoint_steps: int = 100
+    checkpoint_every: int = 100
     seed: int = 0
     #: False trains only the objective's own parameters (e.g. a pooler head): encoder frozen.
     train_backbone: bool = True
-    #: Learning rate of the objective's own parameters (heads, layer weights); None: the
+    #: Learning rate of the objective's own parameters and the exit heads; None: the
     #: backbone's. Small new modules starting from scratch want a far larger rate than a
     #: pretrained encoder does.
     objective_learning_rate: float | None = None
+    #: The inner layers' gradient loses its component against the last layer's (see
+    #: :mod:`demitasse.training.updates`; needs a layer-wise objective).
+    gradient_priority: bool = False
+    #: The last layer's and the inner layers' terms update with their own AdamW moments.
+    decoupled_updates: bool = False
+    #: With decoupled updates: the learning-rate factor of the inner layers' update of the
+    #: encoder (0: their terms train only the exit heads and the objective's parameters).
+    inner_rate: float = 1.0
 
     def __post_init__(self) -> None:
-        positive = ("epochs", "batch_size", "eval_steps", "checkpoint_steps")
-        for name in positive:
+        for name in ("max_epochs", "batch_size", "eval_every", "checkpoint_every"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise DemitasseError(f"training: {name} must be a positive integer")
         if self.batch_size < 2:
@@ -155,6 +173,15 @@ class TrainingConfig:
             raise DemitasseError("training: objective_learning_rate must be > 0")
         if self.weight_decay < 0 or self.max_grad_norm <= 0:
             raise DemitasseError("training: weight_decay >= 0 and max_grad_norm > 0 needed")
+        if self.inner_rate < 0 or (self.inner_rate != 1.0 and not self.decoupled_updates):
+            raise DemitasseError(
+                "training: inner_rate must be >= 0 and applies with decoupled_updates"
+            )
+
+    @property
+    def update_rates(self) -> list[float]:
+        """The backbone's learning-rate factor of each update part."""
+        return [1.0, self.inner_rate] if self.decoupled_updates else [1.0]
 
 
 @dataclass
@@ -192,7 +219,8 @@ def epoch_batches(
 def _layer_batches(
     model: SentenceModel, training_set: TrainingSet, rows: np.ndarray
 ) -> list[PairBatch]:
-    """Embed one batch with gradients and split it into one PairBatch per hidden state."""
+    """Embed one batch with gradients and split it into one PairBatch per hidden state, each
+    through its exit head where the model has one."""
     texts = [training_set.anchors[i] for i in rows] + [training_set.positives[i] for i in rows]
     if training_set.negatives is not None:
         texts += [training_set.negatives[i] for i in rows]
@@ -206,7 +234,7 @@ def _layer_batches(
     for pooled in model(texts):
         negatives = pooled[2 * n :] if training_set.negatives is not None else None
         layers.append(PairBatch(pooled[:n], pooled[n : 2 * n], negatives, scores, labels))
-    return layers
+    return model.exit_heads.apply_to(layers)
 
 
 def dev_score(
@@ -249,106 +277,119 @@ def pairs_score(vectors: np.ndarray, texts: Sequence[str], dev: ScoredPairs) -> 
     return spearman_x100((left * right).sum(axis=1), np.asarray(dev.scores))
 
 
-class _Checkpoint:
-    """Atomic save and load of everything needed to resume: weights, optimiser, loop state."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-
-    def exists(self) -> bool:
-        return (self.directory / "state.json").is_file()
-
-    @staticmethod
-    def _earlier_checkpoint(path: Path) -> bool:
-        return (path / "state.json").is_file() and (path / "backbone.safetensors").is_file()
-
-    def save(
-        self,
-        model: SentenceModel,
-        objective: ModelLoss,
-        optimisers: Sequence[torch.optim.Optimizer],
-        state: dict[str, Any],
-    ) -> None:
-        with atomic_directory(
-            self.directory, kind="training checkpoint", recognise=self._earlier_checkpoint
-        ) as tmp:
-            save_model(model.backbone, str(tmp / "backbone.safetensors"))
-            loss_state = {k: v.contiguous() for k, v in objective.state_dict().items()}
-            save_file(loss_state, str(tmp / "loss.safetensors"))
-            moments = {}
-            for part, optimiser in enumerate(optimisers):
-                for index, param_state in optimiser.state_dict()["state"].items():
-                    for name, value in param_state.items():
-                        key = f"{_part_prefix(part)}{index}.{name}"
-                        moments[key] = torch.as_tensor(value).contiguous()
-            save_file(moments, str(tmp / "optimizer.safetensors"))
-            (tmp / "state.json").write_text(strict_json(state, indent=1), encoding="utf-8")
-
-    def load(
-        self,
-        model: SentenceModel,
-        objective: ModelLoss,
-        optimisers: Sequence[torch.optim.Optimizer],
-    ) -> dict[str, Any]:
-        state = self.read_state()
-        try:
-            load_model(model.backbone, str(self.directory / "backbone.safetensors"))
-            objective.load_state_dict(load_file(str(self.directory / "loss.safetensors")))
-            moments = load_file(str(self.directory / "optimizer.safetensors"))
-            per_part: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
-            for key, value in moments.items():
-                prefix, _, moment = key.rpartition(":")
-                index, name = moment.split(".", 1)
-                per_param = per_part.setdefault(prefix and prefix + ":", {})
-                per_param.setdefault(int(index), {})[name] = value.to(model.device)
-            for part, optimiser in enumerate(optimisers):
-                saved = optimiser.state_dict()
-                saved["state"] = per_part.get(_part_prefix(part), {})
-                optimiser.load_state_dict(saved)
-        except Exception as exc:  # any damage to the saved files: say so in one line
-            raise DemitasseError(f"cannot resume from {self.directory}: {one_line(exc)}") from None
-        return state
-
-    def read_state(self) -> dict[str, Any]:
-        """The checkpoint's state.json, checked field by field (one-line DemitasseError)."""
-        path = self.directory / "state.json"
-        try:
-            state = read_json(path)
-        except (OSError, ValueError, RecursionError) as exc:
-            raise DemitasseError(f"corrupt checkpoint {path}: {one_line(exc)}") from None
-        expected = {"step": int, "history": list, "stale": int, "seconds": int | float}
-        if not isinstance(state, dict) or any(
-            not isinstance(state.get(key), kind) or isinstance(state.get(key), bool)
-            for key, kind in expected.items()
-        ):
-            raise DemitasseError(
-                f"corrupt checkpoint {path}: expected an object with {', '.join(expected)}"
-            )
-        if not (state.get("best") is None or isinstance(state["best"], int | float)):
-            raise DemitasseError(f"corrupt checkpoint {path}: 'best' is not a number")
-        return state
-
-
-def check_run_directory(output_dir: str | Path) -> None:
-    """Fail now, in one line, on a run folder :func:`fine_tune` could not use: a file under
-    that name, or a checkpoint whose state cannot be read (before data and model load)."""
-    output_dir = Path(output_dir)
-    if output_dir.exists() and not output_dir.is_dir():
-        raise DemitasseError(f"{output_dir} is not a folder; training writes a run folder there")
-    checkpoint = _Checkpoint(output_dir / "checkpoint")
-    if checkpoint.exists():
-        checkpoint.read_state()
-
-
-def _part_prefix(part: int) -> str:
-    """Key prefix of an update part's optimiser moments (none for the first, as before parts)."""
-    return f"part{part}:" if part else ""
-
-
 def _learning_rate_factor(step: int, warmup: int, total: int) -> float:
     if step < warmup:
         return (step + 1) / warmup
     return max(0.0, (total - step) / max(1, total - warmup))
+
+
+class _FineTuneTask:
+    """One fine-tuning run as a :class:`demitasse.loop.LoopTask`; batches are (set index, rows)
+    as :func:`epoch_batches` gives them."""
+
+    def __init__(
+        self,
+        model: SentenceModel,
+        objective: ModelLoss,
+        train_sets: Sequence[TrainingSet],
+        config: TrainingConfig,
+        dev: ScoredPairs | None,
+        dev_layers: Sequence[int] | None,
+        best_dir: Path,
+    ) -> None:
+        self.model, self.objective, self.train_sets = model, objective, train_sets
+        self.config, self.dev, self.dev_layers, self.best_dir = config, dev, dev_layers, best_dir
+        own_rate = config.objective_learning_rate or config.learning_rate
+        groups = parameter_groups(
+            model, objective, config.learning_rate, own_rate, config.weight_decay,
+            config.train_backbone,
+        )  # fmt: skip
+        own = [*objective.parameters(), *model.exit_heads.parameters()]
+        self.updates = Updates(
+            groups,
+            {id(p) for p in own},
+            learning_rate=config.learning_rate,
+            max_grad_norm=config.max_grad_norm,
+            part_rates=config.update_rates,
+            priority=config.gradient_priority,
+        )
+        self.steps_per_epoch = len(self.epoch_batches(0))
+        self.total = self.steps_per_epoch * config.max_epochs
+        if config.max_steps is not None:
+            self.total = min(self.total, config.max_steps)
+        self.warmup = max(1, round(config.warmup_ratio * self.total))
+        self.step = 0  # the loop's step count, which the learning-rate schedule follows
+
+    def epoch_batches(self, epoch: int) -> list[tuple[int, np.ndarray]]:
+        return epoch_batches(self.train_sets, self.config.batch_size, self.config.seed, epoch)
+
+    def train_step(self, batch: tuple[int, np.ndarray]) -> float:
+        set_index, rows = batch
+        self.updates.set_learning_rates(_learning_rate_factor(self.step, self.warmup, self.total))
+        split = self.objective.split(_layer_batches(self.model, self.train_sets[set_index], rows))
+        loss = split.total
+        if not torch.isfinite(loss):
+            raise DemitasseError(f"training: loss became {float(loss)} at step {self.step}")
+        self.updates.step(split)
+        self.step += 1
+        return float(loss.detach())
+
+    def validate(self) -> float:
+        assert self.dev is not None  # the loop validates only when there is a dev set
+        return dev_score(self.model, self.dev, self.dev_layers, head=self.objective.embed)
+
+    def keep_best(self) -> None:
+        self.model.save(self.best_dir, self.objective.save_artifacts)
+
+    def restore_best(self) -> None:
+        """Nothing to do: the best model stays in ``best/``; the model in memory is the final
+        one, which ``last/`` keeps."""
+
+
+class _RunStore:
+    """The run's checkpoint as the loop's :class:`demitasse.loop.CheckpointStore`; when the
+    run finishes it also writes ``last/`` (and ``best/`` without a dev set) and
+    ``training.json``, before the checkpoint that marks it finished."""
+
+    def __init__(self, task: _FineTuneTask, output_dir: Path, signature: dict[str, Any]) -> None:
+        self.task, self.output_dir, self.signature = task, output_dir, signature
+        self.checkpoint = _Checkpoint(output_dir / "checkpoint")
+
+    def load(self) -> LoopState | None:
+        if not self.checkpoint.exists():
+            return None
+        if self.checkpoint.read_state().get("signature") != self.signature:
+            raise DemitasseError(
+                f"{self.checkpoint.directory} belongs to a run with other settings; "
+                "use another output directory or delete it"
+            )
+        task = self.task
+        saved = self.checkpoint.load(task.model, task.objective, task.updates.optimisers)
+        state = LoopState.from_json(saved)
+        task.step = state.step
+        if not state.finished:
+            logger.info("resuming %s at step %d", self.output_dir, state.step)
+        return state
+
+    def save(self, state: LoopState) -> None:
+        task = self.task
+        if state.finished:
+            task.model.save(self.output_dir / "last", task.objective.save_artifacts)
+            if task.dev is None:
+                task.model.save(task.best_dir, task.objective.save_artifacts)
+        saved = {**state.to_json(), "signature": self.signature}
+        self.checkpoint.save(task.model, task.objective, task.updates.optimisers, saved)
+        if state.finished:
+            atomic_write_json(
+                self.output_dir / "training.json",
+                {
+                    "signature": self.signature,
+                    "best_dev": state.best,
+                    "steps": state.step,
+                    "seconds": round(state.seconds, 1),
+                    "history": _dev_history(state),
+                },
+            )
 
 
 def fine_tune(
@@ -364,180 +405,62 @@ def fine_tune(
 ) -> TrainingResult:
     """Train ``model`` on ``train_sets`` with ``objective``; the best model goes to
     ``output_dir/best`` (the last one when there is no ``dev``). Resumes from
-    ``output_dir/checkpoint`` when it was written with the same configuration."""
+    ``output_dir/checkpoint`` when it was written with the same configuration.
+
+    The model gets the exit heads the objective reads inner layers through; they train at the
+    objective's own rate and are saved with the model."""
     config = config or TrainingConfig()
     if not train_sets:
         raise DataError("training: no training data")
+    if (config.gradient_priority or config.decoupled_updates) and not objective.has_auxiliary_part:
+        raise DemitasseError(
+            "training: gradient_priority and decoupled_updates need an objective with "
+            "inner-layer terms (Espresso)"
+        )
     output_dir = Path(output_dir)
+    model.add_exit_heads(objective.exit_layers)
     torch.manual_seed(config.seed)
     model.train()
     objective.to(model.device)
-    decay: list[torch.nn.Parameter] = []
-    no_decay: list[torch.nn.Parameter] = []
-    own_decay: list[torch.nn.Parameter] = []
-    own_no_decay: list[torch.nn.Parameter] = []
-    model.backbone.requires_grad_(config.train_backbone)
-    if config.train_backbone:
-        for name, parameter in model.backbone.named_parameters():
-            (no_decay if parameter.ndim < 2 or "LayerNorm" in name else decay).append(parameter)
-    for parameter in objective.parameters():
-        if parameter.requires_grad:  # heads and classifiers: decay their matrices too
-            (own_decay if parameter.ndim >= 2 else own_no_decay).append(parameter)
-    own_rate = config.objective_learning_rate or config.learning_rate
-    # "rate": the group's peak learning rate; "backbone": whether an update part's rate
-    # factor applies (it sets how far each part moves the shared encoder).
-    groups: list[dict[str, Any]] = [
-        {"params": params, "weight_decay": wd, "rate": rate, "backbone": backbone}
-        for params, wd, rate, backbone in (
-            (decay, config.weight_decay, config.learning_rate, True),
-            (no_decay, 0.0, config.learning_rate, True),
-            (own_decay, config.weight_decay, own_rate, False),
-            (own_no_decay, 0.0, own_rate, False),
-        )
-    ]
-    groups = [g for g in groups if g["params"]]
-    if not groups:
-        raise DemitasseError("training: nothing to train (frozen backbone, no loss parameters)")
-    # One AdamW per update part; weight decay is applied once, by the first.
-    optimisers = [torch.optim.AdamW(groups, lr=config.learning_rate)] + [
-        torch.optim.AdamW([{**g, "weight_decay": 0.0} for g in groups], lr=config.learning_rate)
-        for _ in range(objective.update_parts - 1)
-    ]
-    trainable = [p for g in groups for p in g["params"]]
-
-    per_epoch = len(epoch_batches(train_sets, config.batch_size, config.seed, 0))
-    total = per_epoch * config.epochs
-    if config.max_steps is not None:
-        total = min(total, config.max_steps)
-    warmup = max(1, round(config.warmup_ratio * total))
+    task = _FineTuneTask(model, objective, train_sets, config, dev, dev_layers, output_dir / "best")
     signature = {
         "config": dataclasses.asdict(config),
         "sets": [[s.name, len(s)] for s in train_sets],
         "objective": objective.describe(),
     }
-    state: dict[str, Any] = {"step": 0, "best": None, "stale": 0, "history": [], "seconds": 0.0}
-    checkpoint = _Checkpoint(output_dir / "checkpoint")
-    if checkpoint.exists():
-        saved = checkpoint.read_state()
-        if not _same_run(saved.get("signature"), signature, objective.default_settings()):
-            raise DemitasseError(
-                f"{checkpoint.directory} belongs to a run with other settings; "
-                "use another output directory or delete it"
-            )
-        state = checkpoint.load(model, objective, optimisers)
-    if state.get("finished"):
-        if not (output_dir / "last").is_dir():  # runs finished before last/ was kept
-            model.save(output_dir / "last", objective.save_artifacts)
-        return _result(output_dir, state)
-    best_dir = output_dir / "best"
-
-    def evaluate_and_keep() -> bool:
-        """Evaluate on dev, keep the best model; True when training should stop early."""
-        if dev is None or (state["history"] and state["history"][-1]["step"] == state["step"]):
-            return False
-        score = dev_score(model, dev, dev_layers, head=objective.embed)
-        state["history"].append({"step": state["step"], "dev": round(score, 4)})
-        if state["best"] is None or score > state["best"]:
-            state["best"], state["stale"] = score, 0
-            model.save(best_dir, objective.save_artifacts)
-        else:
-            state["stale"] += 1
-        bar.set_postfix(dev=f"{score:.2f}", best=f"{state['best']:.2f}")
-        return config.patience is not None and state["stale"] >= config.patience
-
-    def save_checkpoint() -> None:
-        checkpoint.save(model, objective, optimisers, {**state, "signature": signature})
-
-    started = time.perf_counter() - state["seconds"]
-    bar = tqdm(total=total, initial=state["step"], desc=description, disable=not progress)
-    stop = False
-    if dev is not None and state["step"] == 0 and state["best"] is None:
-        stop = evaluate_and_keep()  # the starting point counts: training must beat it
-    for epoch in range(config.epochs):
-        if stop or state["step"] >= total:
-            break
-        batches = epoch_batches(train_sets, config.batch_size, config.seed, epoch)
-        first = state["step"] - epoch * per_epoch
-        if first >= len(batches):
-            continue
-        for set_index, rows in batches[max(0, first) :]:
-            factor = _learning_rate_factor(state["step"], warmup, total)
-            for optimiser, rate in zip(optimisers, objective.update_rates, strict=True):
-                for group in optimiser.param_groups:
-                    group["lr"] = group["rate"] * factor * (rate if group["backbone"] else 1.0)
-            loss = objective(_layer_batches(model, train_sets[set_index], rows))
-            if not torch.isfinite(loss):
-                raise DemitasseError(f"training: loss became {float(loss)} at step {state['step']}")
-            parts = objective.gradients(loss, trainable)
-            for optimiser, gradients in zip(optimisers, parts, strict=True):
-                for parameter, gradient in zip(trainable, gradients, strict=True):
-                    parameter.grad = gradient
-                torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
-                optimiser.step()
-            state["step"] += 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-            state["seconds"] = time.perf_counter() - started
-            at_end = state["step"] >= total
-            if state["step"] % config.eval_steps == 0 or at_end:
-                stop = evaluate_and_keep()
-            if state["step"] % config.checkpoint_steps == 0 or stop or at_end:
-                save_checkpoint()
-            if stop or at_end:
-                break
-        else:
-            stop = evaluate_and_keep()
-            save_checkpoint()
-    bar.close()
-    model.save(output_dir / "last", objective.save_artifacts)
-    if dev is None:
-        model.save(best_dir, objective.save_artifacts)
-    state["seconds"] = time.perf_counter() - started
-    state["finished"] = True
-    save_checkpoint()
-    atomic_write_json(
-        output_dir / "training.json",
-        {
-            "signature": signature,
-            "best_dev": state["best"],
-            "steps": state["step"],
-            "seconds": round(state["seconds"], 1),
-            "history": state["history"],
-        },
+    state = run_loop(
+        task,
+        _loop_settings(config, validates=dev is not None, progress=progress),
+        description=description,
+        steps_per_epoch=task.steps_per_epoch,
+        store=_RunStore(task, output_dir, signature),
     )
-    return _result(output_dir, state)
-
-
-def _same_run(
-    saved: Any, current: dict[str, Any], objective_defaults: dict[str, object] | None = None
-) -> bool:
-    """Whether a checkpoint's signature matches; config fields and objective settings it
-    predates count as their defaults."""
-    if not isinstance(saved, dict) or not isinstance(saved.get("config"), dict):
-        return False
-    defaults = dataclasses.asdict(TrainingConfig())
-    saved = {**saved, "config": {**defaults, **saved["config"]}}
-    if isinstance(saved.get("objective"), dict):
-        # An unset optional part (None) is what a checkpoint without it was trained with.
-        known = {
-            **(objective_defaults or {}),
-            **{k: None for k, v in current.get("objective", {}).items() if v is None},
-        }
-        predated = {
-            k: v
-            for k, v in known.items()
-            if k in current.get("objective", {}) and k not in saved["objective"]
-        }
-        saved["objective"] = {**predated, **saved["objective"]}
-    return saved == current
-
-
-def _result(output_dir: Path, state: dict[str, Any]) -> TrainingResult:
     return TrainingResult(
         model_dir=output_dir / "best",
         last_dir=output_dir / "last",
-        best_score=state["best"],
-        steps=state["step"],
-        seconds=state["seconds"],
-        history=list(state["history"]),
+        best_score=state.best,
+        steps=state.step,
+        seconds=state.seconds,
+        history=_dev_history(state),
     )
+
+
+def _loop_settings(config: TrainingConfig, validates: bool, progress: bool) -> LoopSettings:
+    """The loop's settings for ``config``: validation (with a dev set) every ``eval_every``
+    steps, at each epoch end and before the first step."""
+    return LoopSettings(
+        max_epochs=config.max_epochs,
+        max_steps=config.max_steps,
+        eval_every=config.eval_every if validates else None,
+        eval_each_epoch=validates,
+        patience=config.patience,
+        higher_is_better=True,
+        validate_at_start=True,  # the starting point counts: training must beat it
+        checkpoint_every=config.checkpoint_every,
+        progress=progress,
+    )
+
+
+def _dev_history(state: LoopState) -> list[dict[str, Any]]:
+    """The dev score of every validation, by step (rounded as training.json records it)."""
+    return [{"step": h["step"], "dev": round(h["validation"], 4)} for h in state.history]

@@ -79,7 +79,7 @@ def load_head(head: PoolerHead, model_dir: Path) -> None:
 
 def encoder_dev_score(model_dir: Path, dev: ScoredPairs) -> float:
     """STS-B-style dev score of a trained encoder's own output (its pooler ignored)."""
-    return dev_score(SentenceModel(load_transformer(model_dir, cache=False)), dev)
+    return dev_score(SentenceModel.load(model_dir), dev)
 
 
 def two_step(
