@@ -360,6 +360,22 @@ class Int8Quantizer(Quantizer):
     def bytes_per_vector(self, dim: int) -> int:
         return self._check_dim(dim)
 
+    def dequantize(self, codes: np.ndarray) -> np.ndarray:
+        """float32 vectors back from int8 ``codes`` [n, d ≤ fitted]: each code's bucket centre,
+        ``lo + (code + 128.5) · step``, within half a step of the value that made it (unless
+        it was clipped). Rescoring against int8 document vectors scores these."""
+        if not self.is_fitted:
+            raise CompressorError("this int8 quantizer is not fitted; it has no ranges to undo")
+        if not isinstance(codes, np.ndarray) or codes.ndim != 2 or codes.dtype != np.int8:
+            raise CompressorError("codes must be a 2-D int8 array from quantize()")
+        d = codes.shape[1]
+        if d > self.n_features_in_:
+            raise CompressorError(
+                f"codes have {d} columns; this quantizer has {self.n_features_in_}"
+            )
+        buckets = codes.astype(np.float32) + np.float32(128.5)
+        return self.lo_[:d] + buckets * self._step[:d]
+
     def _state(self) -> dict[str, np.ndarray]:
         return {"lo_": self.lo_, "hi_": self.hi_}
 
@@ -519,7 +535,9 @@ class BinaryQuantizer(Quantizer):
 
     def _state_shapes(self) -> dict[str, tuple[int, ...]]:
         d = self.n_features_in_
-        shapes = {"thresholds_": (d,)} if self.threshold == "mean" else {}
+        shapes: dict[str, tuple[int, ...]] = (
+            {"thresholds_": (d,)} if self.threshold == "mean" else {}
+        )
         if self.rotation != "none":
             shapes |= {"mean_": (d,), "rotation_": (d, d)}
         return shapes
