@@ -164,12 +164,14 @@ def _split_files(folder: Path) -> dict[str, Path]:
     qrels = folder / "qrels"
     if not qrels.is_dir():
         return {}
-    files = {p.name.removesuffix(".gz").removesuffix(".tsv"): p for p in qrels.iterdir()}
-    return {
-        split: path
-        for split, path in sorted(files.items())
-        if path.is_file() and path.name.removesuffix(".gz").endswith(".tsv")
+    tables = [
+        p for p in qrels.iterdir() if p.is_file() and p.name.removesuffix(".gz").endswith(".tsv")
+    ]
+    # Sorted in reverse, so that where both exist the plain "x.tsv" overrides "x.tsv.gz".
+    files = {
+        p.name.removesuffix(".gz").removesuffix(".tsv"): p for p in sorted(tables, reverse=True)
     }
+    return dict(sorted(files.items()))
 
 
 def beir_splits(folder: str | Path) -> list[str]:
