@@ -69,6 +69,9 @@ class CompressedModel:
             or ``"binary"``. float32 and binary (sign bits) are always available.
         normalize: L2-normalise float vectors after compression (quantised codes are computed
             from the unnormalised output, on which their calibration was fitted).
+        quantizer_params: options of the quantiser calibrated at fit time, e.g.
+            ``{"rotation": "itq"}`` for binary codes of rotated vectors, or
+            ``{"calibration": "percentile"}`` for int8.
         batch_size: texts per encoder call.
         cache: let a transformer encoder read and write demitasse's embedding cache.
     """
@@ -85,6 +88,7 @@ class CompressedModel:
         batch_size: int = 64,
         cache: bool = True,
         compressor_params: dict[str, Any] | None = None,
+        quantizer_params: dict[str, Any] | None = None,
     ) -> None:
         if precision not in PRECISIONS:
             raise CompressorError(f"unknown precision {precision!r}; known: {PRECISIONS}")
@@ -100,6 +104,11 @@ class CompressedModel:
             raise CompressorError("compressor_params apply only to a compressor given by name")
         if encoder is None and layer is not None:
             raise DemitasseError("a layer cut needs an encoder; a vectors-only model has none")
+        if quantizer_params and precision == "float32":
+            raise CompressorError("quantizer_params need a precision of int8 or binary")
+        # Built now so that a bad option fails here, not after the slow encoding in fit.
+        make_quantizer(precision, **(quantizer_params or {}))
+        self.quantizer_params = dict(quantizer_params or {})
         self.layer = layer
         self.compressor = compressor
         self.precision = precision
@@ -247,7 +256,8 @@ class CompressedModel:
         self._input_dim = int(X.shape[1])
         self.quantizer = None
         if self.precision != "float32":
-            self.quantizer = make_quantizer(self.precision).fit(self._compress(X, None))
+            self.quantizer = make_quantizer(self.precision, **self.quantizer_params)
+            self.quantizer.fit(self._compress(X, None))
         self.fit_info = {
             "source": source,
             "fit_data": fit_data,
@@ -350,6 +360,12 @@ class CompressedModel:
             supported = f"1..{self.output_dim}" if self._matryoshka else str(self.output_dim)
             raise CompressorError(
                 f"dim {dim} is not available: this model produces {supported} dimensions"
+            )
+        rotation = getattr(self.quantizer, "rotation", "none")  # only binary codes rotate
+        if rotation != "none" and precision == self.precision and dim != self.output_dim:
+            raise CompressorError(
+                f"dim {dim} is not available at precision {precision}: the {rotation} rotation "
+                f"of the binary codes spans all {self.output_dim} dimensions"
             )
         return int(dim), precision
 
@@ -534,6 +550,7 @@ def _model_from_config(
         model.quantizer = load_quantizer(path / QUANTIZER_DIR)
         if model.quantizer.precision != model.precision:
             raise CompressorError(f"{path}: quantizer/ does not match precision {model.precision}")
+        model.quantizer_params = model.quantizer.get_params()
     elif model.precision != "float32":
         raise CompressorError(f"{path}: precision {model.precision} needs quantizer/, missing")
     model.fit_info = fit_info

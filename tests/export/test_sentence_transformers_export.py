@@ -225,6 +225,33 @@ def test_sentence_transformers_reproduces_the_quantized_codes_from_the_export(
     assert f"## Quantisation ({precision})" in (out / "README.md").read_text()
 
 
+@pytest.mark.parametrize("rotation", ["random", "itq"])
+def test_sentence_transformers_reproduces_rotated_binary_codes_from_the_export(
+    rotation: str, tiny: Path, vectors: np.ndarray, tmp_path: Path
+) -> None:
+    from safetensors.numpy import load_file
+    from sentence_transformers.util import quantize_embeddings
+
+    pca = fitted("pca", vectors)
+    quantizer = make_quantizer("binary", rotation=rotation, seed=1)
+    quantizer.fit(pca.transform(vectors, dim=12))
+    out = export_sentence_transformer(
+        tiny, tmp_path / "q", compressor=pca, dim=12, quantizer=quantizer
+    )
+    info = json.loads((out / "demitasse_export.json").read_text())["quantization"]
+    saved = load_file(str(out / info["file"]))
+    served = load_as_a_user(out).encode(["a man is playing guitar", "the dog", "a cat"])
+    theirs = quantize_embeddings((served - saved["mean"]) @ saved["rotation"], "ubinary")
+    np.testing.assert_array_equal(theirs, quantizer.quantize(served))
+    assert f"a {rotation} rotation" in (out / "README.md").read_text()
+    with pytest.raises(DemitasseError, match="rotation spans all 12 dims") as exc:
+        export_sentence_transformer(
+            tiny, tmp_path / "narrow", compressor=pca, dim=8, quantizer=quantizer
+        )
+    assert "\n" not in str(exc.value)
+    assert not (tmp_path / "narrow").exists()
+
+
 def test_exports_that_cannot_be_carried_fail_in_one_line_and_write_nothing(
     tiny: Path, vectors: np.ndarray, tmp_path: Path
 ) -> None:

@@ -81,6 +81,9 @@ class Quantizer(Params):
         """Map a finite float32 chunk [m, d] (d ≤ n_features_in_) to codes."""
         raise NotImplementedError
 
+    def _check_width(self, d: int) -> None:
+        """Refuse ``d`` input columns where fewer than the fitted width make no sense."""
+
     def _similarity_chunk(self, A: np.ndarray, B: np.ndarray, n_bits: int) -> np.ndarray:
         """Row-wise similarity of two code chunks, float64 [m]."""
         raise NotImplementedError
@@ -145,6 +148,7 @@ class Quantizer(Params):
                 f"X has {d} features but this {self.precision} quantizer was fitted on "
                 f"{self.n_features_in_}"
             )
+        self._check_width(d)
         shape = (n, self.code_width(d))
         out = (
             np.empty(shape, self.code_dtype)
@@ -356,6 +360,22 @@ class Int8Quantizer(Quantizer):
     def bytes_per_vector(self, dim: int) -> int:
         return self._check_dim(dim)
 
+    def dequantize(self, codes: np.ndarray) -> np.ndarray:
+        """float32 vectors back from int8 ``codes`` [n, d ≤ fitted]: each code's bucket centre,
+        ``lo + (code + 128.5) · step``, within half a step of the value that made it (unless
+        it was clipped). Rescoring against int8 document vectors scores these."""
+        if not self.is_fitted:
+            raise CompressorError("this int8 quantizer is not fitted; it has no ranges to undo")
+        if not isinstance(codes, np.ndarray) or codes.ndim != 2 or codes.dtype != np.int8:
+            raise CompressorError("codes must be a 2-D int8 array from quantize()")
+        d = codes.shape[1]
+        if d > self.n_features_in_:
+            raise CompressorError(
+                f"codes have {d} columns; this quantizer has {self.n_features_in_}"
+            )
+        buckets = codes.astype(np.float32) + np.float32(128.5)
+        return self.lo_[:d] + buckets * self._step[:d]
+
     def _state(self) -> dict[str, np.ndarray]:
         return {"lo_": self.lo_, "hi_": self.hi_}
 
@@ -370,6 +390,34 @@ class Int8Quantizer(Quantizer):
         self._set_ranges(lo, hi)
 
 
+ROTATIONS = ("none", "random", "itq")
+
+
+def random_rotation(dim: int, seed: int) -> np.ndarray:
+    """A ``dim × dim`` orthogonal matrix drawn uniformly (Haar) with ``seed``, float64."""
+    rng = np.random.default_rng(seed)
+    q, r = np.linalg.qr(rng.standard_normal((dim, dim)))
+    # QR alone is not uniform over rotations: fixing the signs of R's diagonal makes it so.
+    return q * np.where(np.diag(r) < 0, -1.0, 1.0)
+
+
+def itq_rotation(V: np.ndarray, iterations: int, seed: int) -> np.ndarray:
+    """Iterative quantisation (Gong & Lazebnik, CVPR 2011) on centred data ``V`` [n, d].
+
+    Finds the rotation R that minimises the quantisation loss ``‖sign(VR) − VR‖²``,
+    alternating the codes ``B = sign(VR)`` with R as the orthogonal Procrustes solution for
+    them (``Vᵀ B = U Σ Wᵀ`` gives ``R = U Wᵀ``); neither step can raise the loss. Starts from
+    a random rotation drawn with ``seed``, as the paper does. Returns float64 [d, d].
+    """
+    V = np.ascontiguousarray(V, dtype=np.float32)
+    rotation = random_rotation(V.shape[1], seed)
+    for _ in range(iterations):
+        codes = np.where(V @ rotation.astype(np.float32) >= 0, np.float32(1), np.float32(-1))
+        u, _, wt = np.linalg.svd((V.T @ codes).astype(np.float64))
+        rotation = u @ wt
+    return rotation
+
+
 @register_quantizer
 class BinaryQuantizer(Quantizer):
     """One bit per dimension, ``x > threshold``, packed 8 per byte (``np.packbits``).
@@ -379,35 +427,88 @@ class BinaryQuantizer(Quantizer):
     from ``similarity(..., dim=)``, else the fitted width when the byte counts match, else
     ``8 * bytes`` (padding bits are 0 in both codes, so the error is the same constant for
     every pair and rankings are unaffected).
+
+    ``rotation`` rotates the centred vectors before taking signs: ``bits = (x − mean) R > 0``.
+    Sign bits of PCA or truncated dimensions waste most of their capacity on the few
+    high-variance dimensions; a rotation spreads the variance over all bits. ``"random"`` is a
+    seeded random orthogonal R; ``"itq"`` learns R by iterative quantisation
+    (:func:`itq_rotation`, ``itq_iterations`` rounds). Both are fitted (the mean too) and saved
+    with the quantiser. A rotation mixes every dimension, so rotated codes need the full
+    fitted width (no Matryoshka prefixes); the centring makes ``threshold="mean"`` pointless,
+    so a rotation takes ``threshold="zero"``.
     """
 
     precision: ClassVar[str] = "binary"
     code_dtype: ClassVar[np.dtype] = np.dtype(np.uint8)
+    #: 2: the rotation (params rotation, seed, itq_iterations; state mean_, rotation_).
+    version: ClassVar[int] = 2
 
-    def __init__(self, threshold: str = "zero") -> None:
+    def __init__(
+        self,
+        threshold: str = "zero",
+        rotation: str = "none",
+        seed: int = 0,
+        itq_iterations: int = 50,
+    ) -> None:
         self.threshold = threshold
+        self.rotation = rotation
+        self.seed = seed
+        self.itq_iterations = itq_iterations
 
     def _validate_params(self) -> None:
         if self.threshold not in ("zero", "mean"):
             raise CompressorError(
                 f"binary: threshold must be 'zero' or 'mean', got {self.threshold!r}"
             )
+        if self.rotation not in ROTATIONS:
+            raise CompressorError(
+                f"binary: rotation must be one of {', '.join(ROTATIONS)}, got {self.rotation!r}"
+            )
+        if self.rotation != "none" and self.threshold != "zero":
+            raise CompressorError(
+                "binary: a rotation centres the vectors already; use threshold='zero' with it"
+            )
+        if not is_int(self.seed) or self.seed < 0:
+            raise CompressorError(f"binary: seed must be a non-negative integer, got {self.seed!r}")
+        if not is_int(self.itq_iterations) or self.itq_iterations < 1:
+            raise CompressorError(
+                f"binary: itq_iterations must be a positive integer, got {self.itq_iterations!r}"
+            )
 
     @property
     def needs_fit(self) -> bool:
-        return self.threshold == "mean"
+        return self.threshold == "mean" or self.rotation != "none"
 
     def _fit(self, X: np.ndarray) -> None:
+        total = np.zeros(X.shape[1])
+        for _, chunk in iter_row_chunks(X, DEFAULT_CHUNK_ROWS, np.float64):
+            total += chunk.sum(axis=0)
+        mean = (total / X.shape[0]).astype(np.float32)
         if self.threshold == "mean":
-            total = np.zeros(X.shape[1])
-            for _, chunk in iter_row_chunks(X, DEFAULT_CHUNK_ROWS, np.float64):
-                total += chunk.sum(axis=0)
-            self.thresholds_ = (total / X.shape[0]).astype(np.float32)
+            self.thresholds_ = mean
+        if self.rotation == "none":
+            return
+        self.mean_ = mean
+        if self.rotation == "random":
+            rotation = random_rotation(X.shape[1], int(self.seed))
+        else:
+            centred = np.asarray(X, dtype=np.float32) - mean
+            rotation = itq_rotation(centred, int(self.itq_iterations), int(self.seed))
+        self.rotation_ = rotation.astype(np.float32)
+
+    def _check_width(self, d: int) -> None:
+        if self.rotation != "none" and self.is_fitted and d != self.n_features_in_:
+            raise CompressorError(
+                f"a {self.rotation}-rotated binary quantizer mixes all {self.n_features_in_} "
+                f"dims it was fitted on, so it takes exactly that many, not {d}"
+            )
 
     def code_width(self, dim: int) -> int:
         return -(-dim // 8)
 
     def _quantize_chunk(self, X: np.ndarray) -> np.ndarray:
+        if self.rotation != "none":
+            return np.packbits((X - self.mean_) @ self.rotation_ > 0, axis=1)
         threshold = self.thresholds_[: X.shape[1]] if self.threshold == "mean" else 0.0
         return np.packbits(np.greater(X, threshold), axis=1)
 
@@ -427,11 +528,31 @@ class BinaryQuantizer(Quantizer):
         return self.code_width(self._check_dim(dim))
 
     def _state(self) -> dict[str, np.ndarray]:
-        return {"thresholds_": self.thresholds_} if self.threshold == "mean" else {}
+        state = {"thresholds_": self.thresholds_} if self.threshold == "mean" else {}
+        if self.rotation != "none":
+            state |= {"mean_": self.mean_, "rotation_": self.rotation_}
+        return state
 
     def _state_shapes(self) -> dict[str, tuple[int, ...]]:
-        return {"thresholds_": (self.n_features_in_,)} if self.threshold == "mean" else {}
+        d = self.n_features_in_
+        shapes: dict[str, tuple[int, ...]] = (
+            {"thresholds_": (d,)} if self.threshold == "mean" else {}
+        )
+        if self.rotation != "none":
+            shapes |= {"mean_": (d,), "rotation_": (d, d)}
+        return shapes
 
     def _load_state(self, arrays: dict[str, np.ndarray]) -> None:
         if self.threshold == "mean":
             self.thresholds_ = arrays["thresholds_"].astype(np.float32)
+        if self.rotation != "none":
+            rotation = arrays["rotation_"].astype(np.float32)
+            # float32 storage keeps RᵀR within about 1e-5 of I; far off means a corrupt file.
+            error = np.abs(rotation.T.astype(np.float64) @ rotation - np.eye(len(rotation))).max()
+            if error > 1e-3:
+                raise CompressorError(
+                    f"invalid saved binary quantizer: rotation_ is not orthogonal (|RᵀR − I| "
+                    f"up to {error:.3g})"
+                )
+            self.mean_ = arrays["mean_"].astype(np.float32)
+            self.rotation_ = rotation

@@ -5,7 +5,7 @@ Every user-caused problem raises :class:`DataError`.
 """
 
 from demitasse.data.augment import perturb_sentence, perturb_sentences
-from demitasse.data.beir import BeirDataset, load_beir, load_retrieval
+from demitasse.data.beir import BeirDataset, load_beir, load_beir_folders, load_retrieval
 from demitasse.data.embeddings import (
     check_embeddings_target,
     check_finite,
@@ -73,6 +73,7 @@ __all__ = [
     "evaluation_pairs",
     "evaluation_sentences",
     "load_beir",
+    "load_beir_folders",
     "load_binary_line_files",
     "load_classification_set",
     "load_cr",

@@ -1,20 +1,26 @@
-"""Loader for retrieval data sets in the BEIR layout.
+"""Loaders for retrieval data sets: BEIR-layout folders, and the user's own three files.
 
-A BEIR folder holds ``corpus.jsonl`` or ``corpus.jsonl.gz`` (``_id``, ``title``, ``text``),
-``queries.jsonl`` (``_id``, ``text``) and ``qrels/<split>.tsv`` (header
-``query-id corpus-id score``). Documents are embedded as ``title + " " + text`` (stripped), as
-BEIR and MTEB do; only queries judged in the split are kept, as BEIR evaluates no others.
+A BEIR folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``, any other fields ignored),
+``queries.jsonl`` (``_id``, ``text``), each possibly gzipped, and ``qrels/<split>.tsv``
+(header ``query-id corpus-id score``; CRLF line ends are fine). Documents are embedded as
+``title + " " + text`` (stripped), as BEIR and MTEB do; only queries judged in the split are
+kept, as BEIR evaluates no others.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from demitasse.data._text import iter_lines, parse_json_line
+from demitasse.data._retrieval_files import Judgement, read_id_texts, read_judgements
 from demitasse.errors import DataError
+
+logger = logging.getLogger(__name__)
+
+#: What to do with qrels that name ids missing from the corpus or the queries.
+UNKNOWN_IDS = ("error", "warn")
 
 # The spelling MTEB and the BEIR paper use, so records name data sets as papers print them.
 BEIR_NAMES: dict[str, str] = {
@@ -65,112 +71,176 @@ def beir_name(folder: str | Path) -> str:
     return BEIR_NAMES.get(name.lower(), name)
 
 
-def _records(path: Path, fields: tuple[str, ...]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(line_number, object)`` for each non-blank JSON Lines record with ``fields``."""
-    for lineno, line in iter_lines(path):
-        if not line.strip():
-            continue
-        record = parse_json_line(line, f"{path}:{lineno}")
-        if not isinstance(record, dict):
-            raise DataError(f"{path}:{lineno}: expected a JSON object")
-        for name in fields:
-            if name not in record:
-                raise DataError(f"{path}:{lineno}: missing field {name!r}")
-            if not isinstance(record[name], str | int) or isinstance(record[name], bool):
-                raise DataError(f"{path}:{lineno}: field {name!r} must be a string")
-        yield lineno, record
+def _unknown_ids_error(
+    rows: list[Judgement], bad: list[Judgement], kind: str, where_known: Path
+) -> DataError:
+    """``kind`` is ``"query"`` or ``"corpus"``: say how many ids are unknown, with examples."""
+    key = "query_id" if kind == "query" else "doc_id"
+    unknown = list(dict.fromkeys(getattr(r, key) for r in bad))
+    total = len({getattr(r, key) for r in rows})
+    examples = ", ".join(repr(i) for i in unknown[:3])
+    return DataError(
+        f"{bad[0].where}: {kind} id {unknown[0]!r} is not in {where_known}; "
+        f"{len(unknown)} of the {total} {kind} ids in these qrels are unknown (e.g. {examples})"
+    )
 
 
-def _read_id_texts(path: Path, *, with_title: bool) -> tuple[list[str], list[str]]:
-    ids: list[str] = []
-    texts: list[str] = []
-    seen: dict[str, int] = {}
-    for lineno, record in _records(path, ("_id", "text")):
-        doc_id = str(record["_id"])
-        if doc_id in seen:
-            raise DataError(
-                f"{path}:{lineno}: duplicate _id {doc_id!r} (first on line {seen[doc_id]})"
-            )
-        seen[doc_id] = lineno
-        text = str(record["text"])
-        title = record.get("title") if with_title else None
-        if title is not None and not isinstance(title, str):
-            raise DataError(f"{path}:{lineno}: field 'title' must be a string")
-        ids.append(doc_id)
-        texts.append(f"{title} {text}".strip() if title else text.strip())
-    if not ids:
-        raise DataError(f"{path}: no records")
-    return ids, texts
-
-
-def _read_qrels(
-    path: Path, query_ids: set[str], doc_ids: set[str], queries_path: Path, corpus_path: Path
+def _judgements(
+    rows: list[Judgement],
+    query_ids: set[str],
+    doc_ids: set[str],
+    paths: tuple[Path, Path, Path],
+    unknown_ids: str,
 ) -> dict[str, dict[str, int]]:
-    qrels: dict[str, dict[str, int]] = {}
-    for lineno, line in iter_lines(path):
-        if not line.strip():
+    """``{query_id: {doc_id: grade}}`` for the known queries (see :func:`load_retrieval` for
+    unknown ids)."""
+    corpus_path, queries_path, qrels_path = paths
+    bad_queries = [r for r in rows if r.query_id not in query_ids]
+    bad_docs = [r for r in rows if r.doc_id not in doc_ids]
+    checks = ((bad_queries, "query", queries_path), (bad_docs, "corpus", corpus_path))
+    for bad, kind, known in checks:
+        if not bad:
             continue
-        fields = [f.strip() for f in line.split("\t")]
-        if len(fields) < 3:
-            raise DataError(
-                f"{path}:{lineno}: expected 3 tab-separated fields "
-                f"(query-id, corpus-id, score), got {len(fields)}"
-            )
-        query_id, doc_id, grade = fields[:3]
-        try:
-            score = int(grade)
-        except ValueError:
-            if lineno == 1:  # the header
-                continue
-            raise DataError(f"{path}:{lineno}: score {grade!r} is not an integer") from None
-        if query_id not in query_ids:
-            raise DataError(f"{path}:{lineno}: query id {query_id!r} is not in {queries_path}")
-        if doc_id not in doc_ids:
-            raise DataError(f"{path}:{lineno}: corpus id {doc_id!r} is not in {corpus_path}")
-        # A repeated pair overrides the earlier grade, as BEIR's loader does.
-        qrels.setdefault(query_id, {})[doc_id] = score
+        error = _unknown_ids_error(rows, bad, kind, known)
+        if unknown_ids == "error":
+            raise error
+        consequence = (
+            "their judgements are left out"
+            if kind == "query"
+            else "kept as relevant documents no search can find, as BEIR and MTEB score them"
+        )
+        logger.warning("%s; %s", error, consequence)
+    qrels: dict[str, dict[str, int]] = {}
+    for row in rows:
+        if row.query_id in query_ids:
+            # A repeated pair overrides the earlier grade, as BEIR's loader does.
+            qrels.setdefault(row.query_id, {})[row.doc_id] = row.grade
     if not qrels:
-        raise DataError(f"{path}: no relevance judgements")
+        raise DataError(f"{qrels_path}: no judgement names a query of {queries_path}")
     return qrels
 
 
+def _judged_queries(
+    query_ids: list[str],
+    query_texts: list[str],
+    qrels: dict[str, dict[str, int]],
+    queries_path: Path,
+    judged_elsewhere: set[str],
+) -> tuple[list[str], list[str]]:
+    """The judged queries in file order; the others are left out, with a warning for those
+    that no split judges (a BEIR folder's queries file serves all its splits)."""
+    judged = [(q, t) for q, t in zip(query_ids, query_texts, strict=True) if q in qrels]
+    unjudged = [q for q in query_ids if q not in qrels and q not in judged_elsewhere]
+    if unjudged:
+        logger.warning(
+            "%s: %d of its %d queries have no relevance judgement and are left out (e.g. %r)",
+            queries_path, len(unjudged), len(query_ids), unjudged[0],
+        )  # fmt: skip
+    return [q for q, _ in judged], [t for _, t in judged]
+
+
+def _find(folder: Path, name: str) -> Path | None:
+    """``folder/name`` or its gzipped copy, whichever exists."""
+    paths = (folder / name, folder / f"{name}.gz")
+    return next((path for path in paths if path.is_file()), None)
+
+
 def _corpus_path(folder: Path) -> Path:
-    for name in ("corpus.jsonl", "corpus.jsonl.gz"):
-        if (folder / name).is_file():
-            return folder / name
+    found = _find(folder, "corpus.jsonl")
+    if found is not None:
+        return found
+    nested = sorted(
+        p.name for p in folder.iterdir() if p.is_dir() and _find(p, "corpus.jsonl") is not None
+    )
+    if nested:  # CQADupStack ships one BEIR folder per forum
+        raise DataError(
+            f"{folder}: no corpus.jsonl here, but its sub-folders {', '.join(nested[:12])} are "
+            "BEIR folders: pass those"
+        )
     raise DataError(f"{folder}: no corpus.jsonl or corpus.jsonl.gz (is this a BEIR folder?)")
 
 
+def _split_files(folder: Path) -> dict[str, Path]:
+    qrels = folder / "qrels"
+    if not qrels.is_dir():
+        return {}
+    tables = [
+        p for p in qrels.iterdir() if p.is_file() and p.name.removesuffix(".gz").endswith(".tsv")
+    ]
+    # Sorted in reverse, so that where both exist the plain "x.tsv" overrides "x.tsv.gz".
+    files = {
+        p.name.removesuffix(".gz").removesuffix(".tsv"): p for p in sorted(tables, reverse=True)
+    }
+    return dict(sorted(files.items()))
+
+
 def beir_splits(folder: str | Path) -> list[str]:
-    """The splits with a ``qrels/<split>.tsv`` file, sorted."""
-    return sorted(p.stem for p in (Path(folder).expanduser() / "qrels").glob("*.tsv"))
+    """The splits with a ``qrels/<split>.tsv`` (or ``.tsv.gz``) file, sorted."""
+    return list(_split_files(Path(folder).expanduser()))
 
 
-def load_beir(folder: str | Path, split: str = "test", name: str | None = None) -> BeirDataset:
-    """Load a BEIR-layout folder; ``name`` defaults to the BEIR spelling of the folder name.
+def _query_ids_of(path: Path) -> set[str]:
+    """The query ids an other split judges; an unreadable file judges none."""
+    try:
+        return {row.query_id for row in read_judgements(path)}
+    except DataError:
+        return set()
 
-    Splits other than ``test`` are named ``"<name>/<split>"``, as the STS loaders do.
+
+def load_beir(
+    folder: str | Path,
+    split: str = "test",
+    name: str | None = None,
+    *,
+    unknown_ids: str = "error",
+) -> BeirDataset:
+    """Load a BEIR-layout folder as published: ``corpus.jsonl`` and ``queries.jsonl`` (each
+    may be gzipped), ``qrels/<split>.tsv`` (or ``.tsv.gz``). ``name`` defaults to the BEIR
+    spelling of the folder name; splits other than ``test`` are named ``"<name>/<split>"``, as
+    the STS loaders do. ``unknown_ids`` as in :func:`load_retrieval`.
     """
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         raise DataError(f"BEIR folder {folder} does not exist")
     corpus_path = _corpus_path(folder)
-    queries_path = folder / "queries.jsonl"
-    if not queries_path.is_file():
+    queries_path = _find(folder, "queries.jsonl")
+    if queries_path is None:
         raise DataError(f"{folder}: no queries.jsonl (is this a BEIR folder?)")
-    qrels_path = folder / "qrels" / f"{split}.tsv"
-    if not qrels_path.is_file():
-        known = ", ".join(beir_splits(folder)) or "none"
+    splits = _split_files(folder)
+    if split not in splits:
+        known = ", ".join(splits) or "none"
         raise DataError(f"{folder}: unknown split {split!r} (no qrels/{split}.tsv); have: {known}")
-
+    elsewhere = set().union(*(_query_ids_of(p) for s, p in splits.items() if s != split))
     base = name or beir_name(folder)
-    return load_retrieval(
-        corpus_path,
-        queries_path,
-        qrels_path,
+    return _load(
+        (corpus_path, queries_path, splits[split]),
         name=base if split == "test" else f"{base}/{split}",
         split=split,
+        unknown_ids=unknown_ids,
+        judged_elsewhere=elsewhere,
     )
+
+
+def load_beir_folders(
+    folders: Sequence[str | Path], split: str = "test", *, unknown_ids: str = "error"
+) -> list[BeirDataset]:
+    """One data set per BEIR folder (see :func:`load_beir`); their names must differ."""
+    if isinstance(folders, str | Path):
+        folders = [folders]
+    if not folders:
+        raise DataError("no BEIR folders given")
+    datasets: list[BeirDataset] = []
+    origin: dict[str, Path] = {}
+    for folder in folders:
+        dataset = load_beir(folder, split, unknown_ids=unknown_ids)
+        if dataset.name in origin:
+            raise DataError(
+                f"{folder}: a second data set named {dataset.name!r} (the first is "
+                f"{origin[dataset.name]}); rename one folder"
+            )
+        origin[dataset.name] = Path(folder)
+        datasets.append(dataset)
+    return datasets
 
 
 def load_retrieval(
@@ -179,30 +249,59 @@ def load_retrieval(
     qrels: str | Path,
     name: str = "retrieval",
     split: str = "test",
+    *,
+    unknown_ids: str = "error",
 ) -> BeirDataset:
-    """A retrieval set from the three BEIR files: ``corpus.jsonl`` and ``queries.jsonl``
-    (``_id``, ``text``, optional ``title``; ``.gz`` too) and a ``qrels`` TSV
-    (query-id, corpus-id, score; header optional)."""
+    """A retrieval set from three files: documents and queries as JSON Lines (BEIR's
+    ``_id``, ``text``, optional ``title``), TSV, CSV or Parquet tables with those columns, and
+    qrels as BEIR's TSV (query-id, corpus-id, score; header optional) or a table with those
+    columns; all but Parquet may be gzipped (see ``demitasse.data._retrieval_files``).
+
+    Only judged queries are kept; the others are left out with a logged warning. Qrels that
+    name a query or document missing from the other files are an error (``unknown_ids=
+    "error"``, the default: usually the files do not belong together). Some published sets
+    have a few such ids (ArguAna's qrels name documents missing from its corpus); with
+    ``unknown_ids="warn"`` a warning says how many, judgements of unknown queries are left out
+    and unknown documents stay judged relevant, unreachable, as BEIR and MTEB score them.
+    """
     paths = [Path(p).expanduser() for p in (corpus, queries, qrels)]
     for path in paths:
         if not path.is_file():
             raise DataError(f"{path} does not exist or is not a file")
-    corpus_path, queries_path, qrels_path = paths
-    corpus_ids, corpus_texts = _read_id_texts(corpus_path, with_title=True)
-    all_query_ids, all_query_texts = _read_id_texts(queries_path, with_title=False)
-    judgements = _read_qrels(
-        qrels_path, set(all_query_ids), set(corpus_ids), queries_path, corpus_path
+    return _load(
+        (paths[0], paths[1], paths[2]),
+        name=name,
+        split=split,
+        unknown_ids=unknown_ids,
+        judged_elsewhere=set(),
     )
-    # Queries in file order, restricted to the judged ones.
-    judged = [
-        (q, t) for q, t in zip(all_query_ids, all_query_texts, strict=True) if q in judgements
-    ]
+
+
+def _load(
+    paths: tuple[Path, Path, Path],
+    *,
+    name: str,
+    split: str,
+    unknown_ids: str,
+    judged_elsewhere: set[str],
+) -> BeirDataset:
+    if unknown_ids not in UNKNOWN_IDS:
+        raise DataError(f"unknown_ids must be one of {', '.join(UNKNOWN_IDS)}, got {unknown_ids!r}")
+    corpus_path, queries_path, qrels_path = paths
+    corpus_ids, corpus_texts = read_id_texts(corpus_path, with_title=True, what="the corpus")
+    all_ids, all_texts = read_id_texts(queries_path, with_title=False, what="the queries file")
+    judgements = _judgements(
+        read_judgements(qrels_path), set(all_ids), set(corpus_ids), paths, unknown_ids
+    )
+    query_ids, query_texts = _judged_queries(
+        all_ids, all_texts, judgements, queries_path, judged_elsewhere
+    )
     return BeirDataset(
         name=name,
         corpus_ids=corpus_ids,
         corpus_texts=corpus_texts,
-        query_ids=[q for q, _ in judged],
-        query_texts=[t for _, t in judged],
+        query_ids=query_ids,
+        query_texts=query_texts,
         qrels=judgements,
         split=split,
     )

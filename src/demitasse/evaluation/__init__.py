@@ -14,6 +14,7 @@ from demitasse.evaluation.grid import (
     evaluate_vectors,
     score_embedded,
 )
+from demitasse.evaluation.label_free import NeighbourhoodAgreement, neighbourhood_agreement
 from demitasse.evaluation.ranking_metrics import evaluate_run
 from demitasse.evaluation.records import (
     ResultRecord,
@@ -22,7 +23,14 @@ from demitasse.evaluation.records import (
     read_records,
     write_records,
 )
-from demitasse.evaluation.retrieval import RetrievalTask, exact_search
+from demitasse.evaluation.retrieval import (
+    QuantizedIndex,
+    Rescoring,
+    RetrievalTask,
+    SearchLatency,
+    exact_search,
+    measure_search_latency,
+)
 from demitasse.evaluation.sts import spearman_x100
 from demitasse.evaluation.suites import TASK_NAMES, build_tasks
 from demitasse.evaluation.tasks import EmbeddedTexts, Score, STSTask, Task, with_average
@@ -35,11 +43,15 @@ __all__ = [
     "CompressorSpec",
     "EfficiencyTask",
     "EmbeddedTexts",
+    "NeighbourhoodAgreement",
     "ProbeSettings",
+    "QuantizedIndex",
+    "Rescoring",
     "ResultRecord",
     "RetrievalTask",
     "STSTask",
     "Score",
+    "SearchLatency",
     "Task",
     "TranslationTask",
     "build_tasks",
@@ -53,7 +65,9 @@ __all__ = [
     "machine_description",
     "mean_over_seeds",
     "measure_encode_throughput",
+    "measure_search_latency",
     "measure_transform_throughput",
+    "neighbourhood_agreement",
     "read_records",
     "score_embedded",
     "spearman_x100",

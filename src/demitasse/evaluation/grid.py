@@ -117,12 +117,23 @@ def _score_precisions(
     """Records of one layer × compressor × dim at every precision (quantisers calibrated on
     the fit data's vectors, never on the evaluation texts)."""
     records: list[ResultRecord] = []
+    # Document vectors kept as int8 for rescoring get ranges from the fit data, like codes.
+    rescore_quantizer = None
+    if reduced_fit is not None and _keeps_int8_vectors(tasks):
+        rescore_quantizer = make_quantizer("int8").fit(reduced_fit)
     for precision in precisions:
         quantizer = make_quantizer(precision)
         if reduced_fit is not None:
             quantizer.fit(reduced_fit)
         dim = fields["dim"]
-        embedded = EmbeddedTexts(texts, quantizer.quantize(reduced), quantizer, dim)
+        embedded = EmbeddedTexts(
+            texts,
+            quantizer.quantize(reduced),
+            quantizer,
+            dim,
+            vectors=reduced,
+            rescore_quantizer=rescore_quantizer,
+        )
         common: dict[str, Any] = {
             **fields,
             "precision": precision,
@@ -162,7 +173,14 @@ def evaluate_model(
         reduced = model.compress(vectors, dim)
         for precision in precisions:
             quantizer = model.quantizer_for(precision)
-            embedded = EmbeddedTexts(texts, quantizer.quantize(reduced), quantizer, dim)
+            embedded = EmbeddedTexts(
+                texts,
+                quantizer.quantize(reduced),
+                quantizer,
+                dim,
+                vectors=reduced,
+                rescore_quantizer=model.quantizer if model.precision == "int8" else None,
+            )
             common: dict[str, Any] = {
                 "model": encoder.name,
                 "layer": model.layer or encoder.num_layers,
@@ -220,6 +238,15 @@ def evaluate_vectors(
         embedded, tasks, extra, model=model, layer=layer, method=method, dim=dim,
         precision="float32", bytes_per_vector=quantizer.bytes_per_vector(dim), fit_data=fit_data,
     )  # fmt: skip
+
+
+def _keeps_int8_vectors(tasks: Sequence[Task]) -> bool:
+    """Whether a task rescores against document vectors kept as int8."""
+    return any(
+        getattr(variant, "precision", None) == "int8"
+        for task in tasks
+        for variant in getattr(task, "rescoring", ())
+    )
 
 
 def _apply(compressor: object, vectors: np.ndarray, dim: int) -> np.ndarray:

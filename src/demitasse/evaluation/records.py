@@ -63,6 +63,26 @@ class ResultRecord:
         return cls(**known)
 
 
+def rescoring_extra(
+    *,
+    rescore: float,
+    rescore_precision: str | None,
+    index_bytes_per_vector: int,
+    rescore_bytes_per_vector: int,
+) -> dict[str, Any]:
+    """What a search record carries in ``extra`` about its rescoring: the factor F (1 without
+    rescoring), the precision of the document vectors kept for it (None without), and the
+    bytes per vector held in memory by the index and kept for rescoring, separately (the
+    record's ``bytes_per_vector`` is the stored codes', as for every other task)."""
+    factor = float(rescore)
+    return {
+        "rescore": int(factor) if factor.is_integer() else factor,
+        "rescore_precision": rescore_precision,
+        "index_bytes_per_vector": int(index_bytes_per_vector),
+        "rescore_bytes_per_vector": int(rescore_bytes_per_vector),
+    }
+
+
 UNDEFINED_SCORE = "the metric is undefined for these inputs (e.g. constant gold scores)"
 
 

@@ -32,13 +32,29 @@ class Score:
 
 
 class EmbeddedTexts:
-    """The quantised vectors of a set of texts in one configuration, and how to compare them."""
+    """The quantised vectors of a set of texts in one configuration, and how to compare them.
 
-    def __init__(self, texts: Sequence[str], codes: np.ndarray, quantizer: Quantizer, dim: int):
+    ``vectors`` are the float32 vectors the codes were made from (a search that rescores
+    needs them: the float query, and document vectors to keep); ``rescore_quantizer`` is an
+    int8 quantiser calibrated for this configuration, for document vectors kept as int8.
+    """
+
+    def __init__(
+        self,
+        texts: Sequence[str],
+        codes: np.ndarray,
+        quantizer: Quantizer,
+        dim: int,
+        *,
+        vectors: np.ndarray | None = None,
+        rescore_quantizer: Quantizer | None = None,
+    ):
         self._row = {text: i for i, text in enumerate(texts)}
         self.codes = codes
         self.quantizer = quantizer
         self.dim = dim
+        self.vectors = vectors
+        self.rescore_quantizer = rescore_quantizer
 
     @property
     def precision(self) -> str:
@@ -53,6 +69,12 @@ class EmbeddedTexts:
     def codes_of(self, texts: Sequence[str]) -> np.ndarray:
         """Stored codes (float32, int8 or packed bits) of ``texts``."""
         return self.codes[self.rows(texts)]
+
+    def vectors_of(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 vectors of ``texts`` before quantisation."""
+        if self.vectors is None:
+            raise DataError("these embeddings carry no float vectors (needed for rescoring)")
+        return np.ascontiguousarray(self.vectors[self.rows(texts)], dtype=np.float32)
 
     def features_of(self, texts: Sequence[str]) -> np.ndarray:
         """float32 features for a learned probe: the vector, the int8 codes, or the bits as 0/1."""

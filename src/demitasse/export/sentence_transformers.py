@@ -38,6 +38,7 @@ from demitasse.loading import load_encoder
 EXPORT_INFO = "demitasse_export.json"
 INT8_RANGES = "int8_ranges.safetensors"
 BINARY_THRESHOLDS = "binary_thresholds.safetensors"
+BINARY_ROTATION = "binary_rotation.safetensors"
 
 
 EXPORT_KIND = "sentence-transformers export"
@@ -143,6 +144,12 @@ def _check_quantizer(quantizer: Quantizer | None, dim: int) -> None:
             f"the {quantizer.precision} quantizer was fitted on {fitted}-d vectors, "
             f"fewer than the {dim} exported"
         )
+    rotation = getattr(quantizer, "rotation", "none")
+    if rotation != "none" and fitted != dim:
+        raise ExportError(
+            f"the binary quantizer's {rotation} rotation spans all {fitted} dims it was fitted "
+            f"on; export {fitted} dims, not {dim}"
+        )
 
 
 def _encoder_modules(encoder: TransformerEncoder, layer: int) -> list[torch.nn.Module]:
@@ -221,6 +228,12 @@ def _write_quantization(quantizer: Quantizer | None, dim: int, folder: Path) -> 
         ranges = np.stack([quantizer.lo_[:dim], quantizer.hi_[:dim]]).astype(np.float32)
         save_file({"ranges": np.ascontiguousarray(ranges)}, str(folder / INT8_RANGES))
         info["file"] = INT8_RANGES
+    elif isinstance(quantizer, BinaryQuantizer) and quantizer.rotation != "none":
+        rotation = {"mean": quantizer.mean_, "rotation": quantizer.rotation_}
+        save_file(
+            {k: np.ascontiguousarray(v) for k, v in rotation.items()}, str(folder / BINARY_ROTATION)
+        )
+        info["file"] = BINARY_ROTATION
     elif isinstance(quantizer, BinaryQuantizer) and quantizer.threshold == "mean":
         thresholds = np.ascontiguousarray(quantizer.thresholds_[:dim], dtype=np.float32)
         save_file({"thresholds": thresholds}, str(folder / BINARY_THRESHOLDS))
@@ -301,6 +314,19 @@ def _quantization_readme(quantization: dict[str, Any] | None) -> list[str]:
             "```\n\n"
             "that is `clip(floor((x - min) / ((max - min) / 255)), 0, 255) - 128` in float32. "
             "For the first k dimensions use `ranges[:, :k]`."
+        )
+    elif precision == "binary" and quantization["params"].get("rotation", "none") != "none":
+        body = (
+            f"`{BINARY_ROTATION}` holds two float32 tensors: `mean` [dim] and `rotation` "
+            f"[dim, dim] (a {quantization['params']['rotation']} rotation, orthogonal). A bit "
+            "is set where the centred, rotated value is > 0; demitasse's packed codes are\n\n"
+            "```python\nfrom safetensors.numpy import load_file\n"
+            "from sentence_transformers.util import quantize_embeddings\n\n"
+            f'r = load_file("{BINARY_ROTATION}")\n'
+            'codes = quantize_embeddings((embeddings - r["mean"]) @ r["rotation"], "ubinary")\n'
+            "```\n\n"
+            "The rotation mixes every dimension: codes need all of them (keep the float "
+            "vectors, which are not rotated, for rescoring)."
         )
     elif precision == "binary" and quantization["params"]["threshold"] == "mean":
         body = (
