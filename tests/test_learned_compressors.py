@@ -352,3 +352,9 @@ def test_max_normalized_steps_move_the_largest_coordinate_by_the_learning_rate()
     assert isinstance(normalized, MaxNormalizedSGD)
     assert normalized.param_groups[0]["params"] == [logits]
     assert normalized.param_groups[0]["lr"] == 0.1
+
+
+def test_a_diverging_fit_stops_with_one_line_naming_the_compressor() -> None:
+    model = MatryoshkaAdaptor(dim=8, min_dim=4, learning_rate=1e30, **FAST)
+    with pytest.raises(CompressorError, match=r"^adaptor: training: loss became (inf|nan) at step"):
+        model.fit(correlated())

@@ -28,7 +28,7 @@ from demitasse.compress._arrays import as_matrix, check_finite, cosine_rows
 from demitasse.compress._persist import Integers
 from demitasse.compress.base import Compressor
 from demitasse.compress.pca import PCA
-from demitasse.errors import CompressorError, DataError
+from demitasse.errors import CompressorError, DataError, DemitasseError
 from demitasse.loop import LoopSettings, run_loop
 
 if TYPE_CHECKING:
@@ -505,7 +505,12 @@ class LearnedCompressor(Compressor):
             min_delta=1e-6,
             progress=bool(self.progress),
         )
-        run_loop(task, settings, description=description, steps_per_epoch=task.steps_per_epoch())
+        try:
+            run_loop(
+                task, settings, description=description, steps_per_epoch=task.steps_per_epoch()
+            )
+        except DemitasseError as exc:  # a loss that diverged: say which compressor's
+            raise CompressorError(f"{self.method}: {exc}") from None
 
     # ---- transform and persistence -----------------------------------------------------------
 
