@@ -69,7 +69,7 @@ def extract_stage(
     recipe: StaticRecipe,
     work_dir: Path,
     *,
-    show_progress: bool = False,
+    progress: bool = False,
 ) -> tuple[StaticModel, np.ndarray, float]:
     """Extracted model and which corpus rows the teacher encoded; reused from ``work_dir``."""
     saved, encoded_file = work_dir / "extracted", work_dir / "encoded.npy"
@@ -89,7 +89,7 @@ def extract_stage(
         min_count=recipe.min_count,
         harvest_limit=recipe.harvest_limit,
         checkpoint_dir=work_dir / "checkpoints",
-        show_progress=show_progress,
+        progress=progress,
     ).fit(teacher, corpus)
     seconds = sum(extractor.timings_.values())  # with the harvesting of interrupted runs
     model = extractor.to_model(f"static-{teacher.name}")
@@ -107,7 +107,7 @@ def distill_static(
     work_dir: str | Path | None = None,
     recipe: StaticRecipe | None = None,
     *,
-    show_progress: bool = False,
+    progress: bool = False,
 ) -> StaticStages:
     """Run extraction → sentence-level PCA with ABTT → similarity distillation.
 
@@ -127,7 +127,7 @@ def distill_static(
         work_dir = cache_root() / "static" / f"{teacher.name}-{len(corpus)}"
     work_dir = Path(work_dir)
     extracted, encoded, extract_s = extract_stage(
-        teacher, corpus, recipe, work_dir, show_progress=show_progress
+        teacher, corpus, recipe, work_dir, progress=progress
     )
     seconds = {"extract": extract_s}
     encoded_texts = [corpus[i] for i in np.flatnonzero(encoded)]
@@ -149,7 +149,7 @@ def distill_static(
         eval_every=recipe.eval_every,
         patience=recipe.patience,
         seed=recipe.seed,
-        show_progress=show_progress,
+        progress=progress,
     ).fit(reduced, encoded_texts, targets)
     seconds["distill"] = time.perf_counter() - started
     distilled = distiller.model_
