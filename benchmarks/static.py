@@ -199,7 +199,7 @@ def main() -> int:
         max_steps=args.steps,
     )
     corpus_dir = Path(args.data_dir) / "unlabeled" / "en"
-    stages = distill_static(teacher, corpus_dir, recipe=recipe, show_progress=True)
+    stages = distill_static(teacher, corpus_dir, recipe=recipe, progress=True)
     work = cache_root() / "static" / f"{teacher.name}-{len(stages.corpus)}"
     static_dir = work / f"distilled-{DIM}"
     stages.distilled.save(static_dir)

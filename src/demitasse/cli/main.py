@@ -377,7 +377,7 @@ def _run_distill_static(args: argparse.Namespace) -> int:
         max_steps=args.steps,
         learning_rate=args.lr,
     )
-    stages = distill_static(args.teacher, args.corpus, args.work_dir, recipe, show_progress=True)
+    stages = distill_static(args.teacher, args.corpus, args.work_dir, recipe, progress=True)
     stages.distilled.save(args.out)
     print(f"static model: {args.out} ({len(stages.distilled.vectors)} words × {args.dim})")
     print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in stages.seconds.items()))
