@@ -67,6 +67,7 @@ class Grid:
 
 
 GRID = grid("efficiency", Grid)
+PROSE = template("efficiency")
 PRECISIONS = GRID.precisions
 
 
@@ -320,7 +321,7 @@ def main() -> int:
         records, HERE / "results" / "efficiency.png", f"{args.model}: measured efficiency"
     )
     body = describe(records, context, kept=bool(kept), parts=args.parts, elapsed=elapsed)
-    body = join_blocks(body, template("efficiency").fill("plot", plot=figure.name))
+    body = join_blocks(body, PROSE.fill("plot", plot=figure.name))
     update_section(RESULTS_MD, "efficiency", body)
     print(body)
     return 0
@@ -335,7 +336,6 @@ def describe(
     elapsed: float,
 ) -> str:
     """The section but its plot line: the run, then a subsection per part present."""
-    prose = template("efficiency")
     present = {part_of(r) for r in records}
     blas = ", ".join(
         f"{p['internal_api']} {p['version'] or ''} ({p['num_threads']} threads)".replace("  ", " ")
@@ -343,8 +343,8 @@ def describe(
         if p["user_api"] == "blas"
     )
     # A line of the opening paragraph, which ends without a Markdown line break.
-    kept_line = "\n" + prose.fill("kept", parts=", ".join(sorted(present - set(parts))))
-    head = prose.fill(
+    kept_line = "\n" + PROSE.fill("kept", parts=", ".join(sorted(present - set(parts))))
+    head = PROSE.fill(
         command=" ".join(["python", "benchmarks/efficiency.py", *sys.argv[1:]]),
         machine=context["machine"], torch=context["torch"],
         torch_threads=context["torch_threads"], faiss=context["faiss"], numpy=context["numpy"],
@@ -354,16 +354,16 @@ def describe(
     blocks = [head]
     if "encode" in present:
         first = next(r.extra for r in records if r.dataset == "encode")
-        blocks.append(prose.fill("encode", n_texts=f"{first['n_texts']:,}",
+        blocks.append(PROSE.fill("encode", n_texts=f"{first['n_texts']:,}",
                                  batch_size=first["batch_size"],
                                  torch_threads=first["torch_threads"],
                                  table=encode_table(records)))  # fmt: skip
     if "transform" in present:
         n = next(r.extra["n_vectors"] for r in records if r.dataset == "transform")
-        blocks.append(prose.fill("transform", n_vectors=f"{n:,}", table=transform_table(records)))
+        blocks.append(PROSE.fill("transform", n_vectors=f"{n:,}", table=transform_table(records)))
     if "search" in present:
         search = next(r for r in records if r.metric == "index_bytes")
-        blocks.append(prose.fill("search", dataset=search.dataset,
+        blocks.append(PROSE.fill("search", dataset=search.dataset,
                                  n_corpus=f"{search.extra['n_corpus']:,}",
                                  n_queries=search.extra["n_queries"], k=search.extra["k"],
                                  faiss_threads=search.extra["faiss_threads"],

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from _common import HERE, RESULTS_MD, grid, log, log_progress, template
@@ -54,7 +55,8 @@ from demitasse.experiments import (
     unsupervised_setting,
 )
 from demitasse.report import markdown_table, plot_quality_vs_dim
-from demitasse.report.templates import fill_section, join_blocks
+from demitasse.report.results_file import update_section
+from demitasse.report.templates import join_blocks
 
 SETTINGS = ("unsupervised", "supervised", "retrieval")
 BASELINES = ("truncate", "pca")
@@ -105,6 +107,7 @@ class Grid:
 
 
 GRID = grid("learned_compressors", Grid)
+PROSE = template("learned_compressors")
 
 
 def parse_args() -> argparse.Namespace:
@@ -233,11 +236,15 @@ def ordered(records: list[ResultRecord], settings: Sequence[str], methods: Seque
     )
 
 
+def throughput_rows(embedded: Embedded) -> np.ndarray:
+    return embedded.vectors[:20000]
+
+
 def throughput(
     args: argparse.Namespace, saved: Path, embedded: Embedded, fitted: bool
 ) -> list[ResultRecord]:
     """Transform throughput of the saved unsupervised fits, on an otherwise idle process."""
-    rows = embedded.vectors[: min(len(embedded.vectors), 20000)]
+    rows = throughput_rows(embedded)
     records: list[ResultRecord] = []
     for name in ["pca", *args.methods] if fitted else []:
         records += measure_transform_throughput(
@@ -280,13 +287,11 @@ def main() -> int:
         describe_setting(args, setting, seeds.averaged, seeds.fit_seconds, encoder)
         for setting in settings.values()
     ]
-    body = fill_section(
-        RESULTS_MD, args.results_name, template("learned_compressors"),
-        **run_facts(args, encoder, settings, elapsed), **facts,
-        settings="".join(section + "\n\n" for section in sections),
-        n_throughput=min(len(embedded.vectors), 20000),
-        throughput_table=throughput_table(speed, [max(args.dims), *THROUGHPUT_DIMS]),
-    )  # fmt: skip
+    head = PROSE.fill(**run_facts(args, encoder, settings, elapsed), **facts)
+    speed_table = throughput_table(speed, [max(args.dims), *THROUGHPUT_DIMS])
+    tail = PROSE.fill("throughput", n_throughput=len(throughput_rows(embedded)), table=speed_table)
+    body = join_blocks(head, *sections, tail)
+    update_section(RESULTS_MD, args.results_name, body)
     print(body)
     return 0
 
@@ -295,11 +300,10 @@ def run_facts(
     args: argparse.Namespace, encoder: Encoder, settings: dict[str, FitSetting], elapsed: float
 ) -> dict[str, Any]:
     """The values of the section's opening paragraph that are not about the data."""
-    prose = template("learned_compressors")
-    seeds_note = "" if args.seeds is None else prose.fill("seeds_note", seeds=args.seeds)
+    seeds_note = "" if args.seeds is None else PROSE.fill("seeds_note", seeds=args.seeds)
     subset_note = ""
     if list(settings) != list(SETTINGS) or args.methods != list(GRID.methods):
-        subset_note = prose.fill(
+        subset_note = PROSE.fill(
             "subset_note",
             setting_names=", ".join(settings),
             method_names=", ".join(args.methods),
@@ -330,7 +334,6 @@ def describe_setting(
     encoder: Encoder,
 ) -> str:
     """One setting's subsection: its fit data, tables, target check, fit times and plot."""
-    prose = template("learned_compressors")
     model, full_dim = encoder.name, encoder.dim
     rows = [r for r in records if r.extra.get("setting") in (setting.name, "all")]
     on_sts = any(task.name == "sts" for task, _ in setting.judged)
@@ -344,7 +347,7 @@ def describe_setting(
     weights = ", ".join(f"{k} {v:g}" for k, v in setting.params.items())
     ndcg = score_table(rows, "retrieval", "SciFact", "ndcg@10")
     blocks = [
-        prose.fill(
+        PROSE.fill(
             "setting",
             title=setting.name.capitalize(),
             fit_data=setting.fit_data,
@@ -356,17 +359,17 @@ def describe_setting(
     ]
     if on_sts:
         table = avg_table(rows, "sts", "avg", "spearman", [full_dim, *args.dims])
-        blocks.append(prose.fill("sts_average", table=table))
+        blocks.append(PROSE.fill("sts_average", table=table))
         if len(args.seed_list) > 1:
             table = avg_table(rows, "sts", "avg", "spearman", args.dims, spread=True)
-            blocks.append(prose.fill("sts_spread", table=table, n_seeds=len(args.seed_list)))
+            blocks.append(PROSE.fill("sts_spread", table=table, n_seeds=len(args.seed_list)))
     check = target_check(setting.name, rows, full_dim)
-    blocks.append(prose.fill("target_check", table=check or "(SMEC not fitted in this run)"))
+    blocks.append(PROSE.fill("target_check", table=check or "(SMEC not fitted in this run)"))
     if ndcg:
         table = avg_table(rows, "retrieval", "SciFact", "ndcg@10", [full_dim, *GRID.retrieval_dims])
-        blocks.append(prose.fill("scifact", table=table))
+        blocks.append(PROSE.fill("scifact", table=table))
     fits = ", ".join(f"{name} {fit_seconds[setting.name, name]:.0f} s" for name in args.methods)
-    blocks.append(prose.fill("fit_time", fits=fits, plot=plot.name))
+    blocks.append(PROSE.fill("fit_time", fits=fits, plot=plot.name))
     return join_blocks(*blocks)
 
 

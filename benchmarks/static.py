@@ -89,6 +89,7 @@ class Grid:
 
 
 GRID = grid(NAME, Grid)
+PROSE = template(NAME)
 TEACHER = GRID.teacher
 DIM = GRID.dim
 SPEED_TEXTS = GRID.speed_texts
@@ -283,7 +284,7 @@ def main() -> int:
     values = section_values(
         args, stages, recipe, records, speed, memory, m2v_seconds, elapsed, plot
     )
-    body = template(NAME).fill(
+    body = PROSE.fill(
         **values,
         n_texts=f"{len(texts):,}",
         gaps=", ".join(f"{name} {gap:.1e}" for name, gap in export_gap.items()),
@@ -454,7 +455,7 @@ def section_values(
     m2v = f"{m2v_seconds:.0f} s"
     if m2v_seconds < 5:  # loaded from the cache: report the distillation's own wall time
         timing = cache_root() / "static" / f"model2vec-{TEACHER}-{DIM}" / "distill_seconds.txt"
-        m2v = template(NAME).fill("model2vec_cached", seconds=f"{float(timing.read_text()):.0f}")
+        m2v = PROSE.fill("model2vec_cached", seconds=f"{float(timing.read_text()):.0f}")
     shown = plot.relative_to(HERE.parent) if plot.is_relative_to(HERE.parent) else plot
     return {
         "command": command, "machine": machine_description(), "threads": args.threads,

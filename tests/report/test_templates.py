@@ -13,7 +13,7 @@ from demitasse.report.templates import SECTION, SectionTemplate, fill_section, j
 
 TEMPLATE = """## Run (`${name}`)
 
-Command: `python x.py ${arguments}`  
+Command: `python x.py ${arguments}`<BR>
 Machine: ${machine}.${note}
 
 ${table}
@@ -27,7 +27,7 @@ ${table}
 
 ${rows} rows.
 
-"""
+""".replace("<BR>", "  ")  # a Markdown line break: two trailing spaces
 
 
 def load(tmp_path: Path, text: str = TEMPLATE) -> SectionTemplate:
@@ -56,9 +56,7 @@ def test_filling_keeps_the_text_byte_for_byte(tmp_path: Path) -> None:
         "Machine: 2 cores. Means over seeds 0,1; costs $0.\n\n| a |"
     )
     # Leading and trailing blank lines of a part are layout, not text.
-    assert template.fill("setting", title="Unsupervised", rows=3) == (
-        "### Unsupervised\n\n3 rows."
-    )
+    assert template.fill("setting", title="Unsupervised", rows=3) == ("### Unsupervised\n\n3 rows.")
 
 
 def test_join_blocks_sets_blocks_one_blank_line_apart_and_drops_empty_ones() -> None:
