@@ -15,7 +15,7 @@ from demitasse.cli.specs import parse_compressor_specs
 from demitasse.data import STSB_FIT_DATA, stsb_fit_sentences
 from demitasse.encoders import TransformerEncoder, load_encoder
 from demitasse.errors import DataError
-from demitasse.evaluation import ResultRecord, Task, evaluate_grid
+from demitasse.evaluation import ResultRecord, Task, evaluate_grid, machine_description
 from demitasse.experiments import load_grid
 from demitasse.report.templates import SectionTemplate
 
@@ -85,3 +85,13 @@ def run_posthoc_grid(
         fit_data=STSB_FIT_DATA,
     )
     return encoder, records, time.perf_counter() - started
+
+
+def posthoc_facts(encoder: TransformerEncoder, elapsed: float) -> dict[str, object]:
+    """What the sections of the post-hoc runs open with: the machine, the wall time, the model."""
+    return {
+        "machine": machine_description(),
+        "wall_seconds": f"{elapsed:.0f}",
+        "model": encoder.name,
+        "pooling": encoder.pooling,
+    }

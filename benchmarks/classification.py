@@ -16,10 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from _common import HERE, RESULTS_MD, run_posthoc_grid, template
+from _common import HERE, RESULTS_MD, posthoc_facts, run_posthoc_grid, template
 from demitasse.data.senteval_classification import ClassificationSet, LabeledSplits
 from demitasse.evaluation import (
-    machine_description,
     write_records,
 )
 from demitasse.evaluation.classification import ClassificationTask
@@ -88,12 +87,9 @@ def main() -> int:
     prose = template(NAME)
     body = prose.fill(
         command=command,
-        machine=machine_description(),
-        wall_seconds=f"{elapsed:.0f}",
+        **posthoc_facts(encoder, elapsed),
         probe_median=f"{probe_seconds[len(probe_seconds) // 2]:.1f}",
         probe_max=f"{probe_seconds[-1]:.1f}",
-        model=encoder.name,
-        pooling=encoder.pooling,
         sizes_table=markdown_table(
             ["set", "examples"], [[name, _size(dataset)] for name, dataset in sizes.items()]
         ),

@@ -20,12 +20,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from _common import HERE, RESULTS_MD, run_posthoc_grid, template
+from _common import HERE, RESULTS_MD, posthoc_facts, run_posthoc_grid, template
 from demitasse.data import resolve_data_dir
 from demitasse.data.beir import load_beir
 from demitasse.evaluation import (
     ResultRecord,
-    machine_description,
     write_records,
 )
 from demitasse.evaluation.retrieval import RetrievalTask
@@ -114,10 +113,7 @@ def main() -> int:
         RESULTS_MD,
         "retrieval",
         template("retrieval"),
-        machine=machine_description(),
-        wall_seconds=f"{elapsed:.0f}",
-        model=encoder.name,
-        pooling=encoder.pooling,
+        **posthoc_facts(encoder, elapsed),
         n_queries=len(scifact.query_ids),
         n_documents=len(scifact.corpus_ids),
         check_table=markdown_table(["check", "ours", "published", "difference"], [check]),

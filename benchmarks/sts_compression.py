@@ -13,11 +13,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from _common import HERE, RESULTS_MD, run_posthoc_grid, template
+from _common import HERE, RESULTS_MD, posthoc_facts, run_posthoc_grid, template
 from demitasse.data import load_sts_suite
 from demitasse.evaluation import (
     STSTask,
-    machine_description,
     write_records,
 )
 from demitasse.report import markdown_table, plot_sts_vs_dim, sts_table
@@ -65,10 +64,7 @@ def main() -> int:
         RESULTS_MD,
         "sts_compression",
         template("sts_compression"),
-        machine=machine_description(),
-        wall_seconds=f"{elapsed:.0f}",
-        model=encoder.name,
-        pooling=encoder.pooling,
+        **posthoc_facts(encoder, elapsed),
         reproduction_table=markdown_table(
             ["dataset", "ours", "published", "difference"], check_rows
         ),
