@@ -21,7 +21,6 @@ from demitasse.experiments import (
     supervised_setting,
     unsupervised_setting,
 )
-from demitasse.loading import load_encoder
 from tests.helpers import build_tiny_model
 
 
