@@ -21,16 +21,13 @@ from demitasse.experiments import (
     supervised_setting,
     unsupervised_setting,
 )
-from demitasse.loading import load_encoder
 from tests.helpers import build_tiny_model
 
 
 @pytest.fixture(scope="module")
 def encoder(tmp_path_factory: pytest.TempPathFactory) -> TransformerEncoder:
     path = build_tiny_model(tmp_path_factory.mktemp("settings-encoder"), layers=1, hidden=16)
-    model = load_encoder(path, cache=False, device="cpu", show_progress=False)
-    assert isinstance(model, TransformerEncoder)
-    return model
+    return TransformerEncoder(path, cache=False, device="cpu", show_progress=False)
 
 
 def test_the_judged_tasks_and_their_texts(data_dir: Path) -> None:
