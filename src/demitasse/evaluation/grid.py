@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 from demitasse.compress import make_compressor, make_quantizer
 from demitasse.encoders.base import Encoder
 from demitasse.errors import DemitasseError
-from demitasse.evaluation.records import ResultRecord
+from demitasse.evaluation.records import ResultRecord, rescoring_extra
 from demitasse.evaluation.tasks import EmbeddedTexts, Task
 from demitasse.model import CompressedModel
 
@@ -157,7 +157,12 @@ def evaluate_model(
 ) -> list[ResultRecord]:
     """Score a fitted :class:`CompressedModel` exactly as it is: its encoder, layer, fitted
     compressor and calibrated quantiser, at each of ``dims`` (default: its full output width)
-    and ``precisions`` (default: the precision it was fitted for)."""
+    and ``precisions`` (default: the precision it was fitted for).
+
+    A model that rescores is scored as it searches (:meth:`CompressedModel.search`): its
+    codes find ``k·F`` candidates, rescored against its store of the encoder's full output;
+    pair similarities (STS) are those rescoring scores. Its records carry the rescoring
+    factor and both byte counts in ``extra``."""
     dims = list(dims) if dims else [model.output_dim]
     precisions = list(precisions) if precisions else [model.precision]
     for dim in dims:  # check every request before the slow encoding
@@ -180,7 +185,22 @@ def evaluate_model(
                 dim,
                 vectors=reduced,
                 rescore_quantizer=model.quantizer if model.precision == "int8" else None,
+                encoder_vectors=vectors if model.rescores else None,
+                encoder_rescore_quantizer=model.rescore_quantizer,
+                rescoring=model.rescoring,
             )
+            described = dict(extra or {})
+            if model.rescoring is not None:
+                described = {
+                    **rescoring_extra(
+                        rescore=model.rescoring.multiplier,
+                        rescore_precision=model.rescoring.precision,
+                        rescore_source=model.rescoring.source,
+                        index_bytes_per_vector=quantizer.bytes_per_vector(dim),
+                        rescore_bytes_per_vector=model.rescore_bytes_per_vector(),
+                    ),
+                    **described,
+                }
             common: dict[str, Any] = {
                 "model": encoder.name,
                 "layer": model.layer or encoder.num_layers,
@@ -190,7 +210,7 @@ def evaluate_model(
                 "bytes_per_vector": quantizer.bytes_per_vector(dim),
                 "fit_data": fit_data,
             }
-            for record in score_embedded(embedded, tasks, extra, **common):
+            for record in score_embedded(embedded, tasks, described, **common):
                 records.append(record)
                 logger.info(_summary_line(record))
     return records
