@@ -450,7 +450,7 @@ def main() -> int:
             "every compressor fitted on the SciFact corpus and its train queries; the learned "
             f"ones also get Search-Adaptor's rank loss (weight {args.rank_weight:g}) on the "
             "train qrels. Hyperparameters (library defaults: hidden 512, batch 256, AdamW 1e-3, "
-            "top-k 10, S-XBM memory 5000, validation 10 %, patience 2) and the loss weights "
+            "top-k 10, S-XBM memory 5000, validation 10 %, patience 3) and the loss weights "
             "were chosen on STS-B dev, SICK trial and 160 held-out SciFact train queries, never "
             "on a test split. SMEC stages 384→256→128→64→32→16→8. SMEC's training mode per "
             "setting was chosen on STS-B dev + SICK trial: unsupervised uses nested stages (each "

@@ -200,7 +200,7 @@ def main() -> int:
         max_steps=args.steps,
     )
     corpus_dir = Path(args.data_dir) / "unlabeled" / "en"
-    stages = distill_static(teacher, corpus_dir, recipe=recipe, show_progress=True)
+    stages = distill_static(teacher, corpus_dir, recipe=recipe, progress=True)
     work = cache_root() / "static" / f"{teacher.name}-{len(stages.corpus)}"
     static_dir = work / f"distilled-{DIM}"
     stages.distilled.save(static_dir)
@@ -326,7 +326,7 @@ def cross_lingual(english: StaticModel, teacher: TransformerEncoder, args, recor
     test = load_multi30k(args.data_dir, "test_2016_flickr", limit=args.limit)
     started = time.perf_counter()
     initial = foreign_model(english, train.target)
-    aligner = TranslationAligner(max_steps=3000, show_progress=True)
+    aligner = TranslationAligner(max_steps=3000, progress=True)
     aligner.fit(initial, english, train, valid)
     seconds = time.perf_counter() - started
     gold = np.arange(len(test))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -79,7 +80,7 @@ def test_ads_selects_the_planted_informative_dimensions() -> None:
     centres = rng.normal(scale=3.0, size=(6, len(planted)))
     X[:, planted] = centres[rng.integers(0, 6, n)] + rng.normal(scale=0.3, size=(n, 4))
     # A uniform prior and no rotation: the planted dims must be found by training alone.
-    settings = FAST | {"max_epochs": 4, "batch_size": 64, "patience": 4}
+    settings = FAST | {"max_epochs": 4, "batch_size": 64, "patience": 5}
     model = SMEC(dim=4, min_dim=4, rotate=False, ads_prior="uniform", xbm=False, **settings)
     model.fit(X.astype(np.float32))
     assert sorted(model.selected_dims(0).tolist()) == planted
@@ -267,7 +268,7 @@ def test_pair_similarity_loss_is_the_cosine_gap() -> None:
 def test_related_pairs_keep_their_original_cosine(make) -> None:  # type: ignore[no-untyped-def]
     X = correlated()
     A, B = X[:300], related_copies(X[:300])
-    settings = {**FAST, "max_epochs": 10, "patience": 10, "learning_rate": 1e-2}
+    settings = {**FAST, "max_epochs": 10, "patience": 11, "learning_rate": 1e-2}
     plain = make(**settings).fit(X)
     related = make(related_weight=4.0, **settings).fit(X, related_pairs=(A, B))
     # Truncation keeps the high-variance head, where A and B agree, so the plain fit maps each
@@ -310,3 +311,50 @@ def test_the_all_pairs_term_can_be_weighted_down_or_off(make, tmp_path: Path) ->
     loaded = load_compressor(tmp_path / "c")
     assert loaded.get_params()["pairwise_weight"] == model.pairwise_weight
     np.testing.assert_array_equal(loaded.transform(X, 4), reduced)
+
+
+@pytest.mark.parametrize("patience", [1, 2])
+def test_patience_counts_the_epochs_without_improvement_before_stopping(patience: int) -> None:
+    # At learning rate 0 (and no ADS logits, whose steps have their own rate) the weights never
+    # move, so the first epoch's validation loss is never beaten: training must stop after
+    # 1 + patience epochs, as the shared loop counts patience.
+    model = SMEC(dim=8, min_dim=8, ads=False, learning_rate=0.0, record_gradients=True, **FAST)
+    model.set_params(max_epochs=10, patience=patience).fit(correlated())
+    assert sorted({entry["epoch"] for entry in model.history_}) == list(range(1 + patience))
+
+
+def test_a_compressor_saved_before_the_loop_keeps_its_patience(tmp_path: Path) -> None:
+    """Format version 1 stopped after ``patience`` + 1 epochs without improvement; loaded now,
+    the same training (for ``extend``) needs ``patience`` + 1."""
+    X = correlated()
+    SMEC(dim=8, min_dim=4, patience=3, **FAST).fit(X).save(tmp_path / "v2")
+    assert load_compressor(tmp_path / "v2").get_params()["patience"] == 3
+    config = json.loads((tmp_path / "v2" / "config.json").read_text())
+    assert config["version"] == 2
+    config["version"], config["params"]["patience"] = 1, 0
+    (tmp_path / "v2" / "config.json").write_text(json.dumps(config))
+    assert load_compressor(tmp_path / "v2").get_params()["patience"] == 1
+
+
+def test_max_normalized_steps_move_the_largest_coordinate_by_the_learning_rate() -> None:
+    from demitasse.compress.optimisers import MaxNormalizedSGD, compressor_optimisers
+
+    logits = torch.nn.Parameter(torch.zeros(3))
+    weights = torch.nn.Parameter(torch.zeros(2))
+    step = MaxNormalizedSGD([logits], lr=0.5)
+    logits.grad = torch.tensor([0.04, -0.02, 0.0])
+    step.step()
+    torch.testing.assert_close(logits.detach(), torch.tensor([-0.5, 0.25, 0.0]))
+
+    groups = [{"params": [weights]}, {"params": [logits], "lr": 0.1, "max_normalized": True}]
+    adamw, normalized = compressor_optimisers(groups, lr=1e-3, weight_decay=0.0)
+    assert isinstance(adamw, torch.optim.AdamW) and adamw.param_groups[0]["params"] == [weights]
+    assert isinstance(normalized, MaxNormalizedSGD)
+    assert normalized.param_groups[0]["params"] == [logits]
+    assert normalized.param_groups[0]["lr"] == 0.1
+
+
+def test_a_diverging_fit_stops_with_one_line_naming_the_compressor() -> None:
+    model = MatryoshkaAdaptor(dim=8, min_dim=4, learning_rate=1e30, **FAST)
+    with pytest.raises(CompressorError, match=r"^adaptor: training: loss became (inf|nan) at step"):
+        model.fit(correlated())

@@ -43,7 +43,7 @@ def _head(**params: object) -> MCR2:
         "hidden_dim": 64,
         "batch_size": 256,
         "max_epochs": 30,
-        "patience": 30,
+        "patience": 31,
         "learning_rate": 3e-3,
         "device": "cpu",
     }

@@ -18,6 +18,12 @@ from demitasse.static.distill import SimilarityDistiller, similarity_distributio
 from demitasse.static.extract import WordVectorExtractor
 from demitasse.static.pca import StaticPCA, sentence_vectors
 from demitasse.static.pipeline import distill_static
+from demitasse.static.training import (
+    BatchLoss,
+    TokenBatches,
+    WordVectorTrainer,
+    train_word_vectors,
+)
 from tests.helpers import WORDS, build_tiny_model
 
 PIECES = ["sing", "##ing", "##er", "##s"]
@@ -161,6 +167,57 @@ def test_distillation_lowers_the_validation_loss(extractor: WordVectorExtractor)
     assert distiller.best_validation_loss_ < 0.5 * losses[0]
     assert distiller.model_.vectors.shape == model.vectors.shape
     assert not np.allclose(distiller.model_.vectors, model.vectors)
+
+
+def toy_word_vector_problem(
+    untrained_is_best: bool = False,
+) -> tuple[np.ndarray, BatchLoss, np.ndarray, np.ndarray]:
+    """Bags of word ids regressed onto fixed random targets. With ``untrained_is_best`` the
+    validation targets are the untrained vectors' own outputs, which training must move from."""
+    rng = np.random.default_rng(4)
+    ids = [list(rng.integers(0, 40, size=rng.integers(1, 6))) for _ in range(300)]
+    vectors = rng.normal(size=(40, 8)).astype(np.float32)
+    batches = TokenBatches(ids)
+    targets = {"train": torch.as_tensor(rng.normal(size=(300, 8)).astype(np.float32))}
+    if untrained_is_best:
+        flat, offsets = batches.batch(np.arange(300))
+        untrained = torch.nn.EmbeddingBag.from_pretrained(torch.from_numpy(vectors), mode="mean")
+        targets["validation"] = untrained(flat, offsets).detach()
+    else:
+        targets["validation"] = targets["train"]
+
+    def batch_loss(bag: torch.nn.EmbeddingBag, split: str, rows: np.ndarray) -> torch.Tensor:
+        flat, offsets = batches.batch(rows)
+        return ((bag(flat, offsets) - targets[split][torch.as_tensor(rows)]) ** 2).mean()
+
+    return vectors, batch_loss, np.arange(60, 300), np.arange(60)
+
+
+def test_word_vectors_are_validated_first_then_every_eval_every_steps_and_at_the_end() -> None:
+    vectors, batch_loss, train_rows, valid_rows = toy_word_vector_problem()
+    settings = WordVectorTrainer(
+        batch_size=16, max_steps=50, eval_every=20, patience=5, learning_rate=0.05, progress=False
+    )
+    trained = train_word_vectors(vectors, batch_loss, train_rows, valid_rows, settings)
+    assert [entry["step"] for entry in trained.history] == [0, 20, 40, 50]
+    assert np.isnan(trained.history[0]["train_loss"])
+    best = min(trained.history, key=lambda entry: entry["validation_loss"])
+    assert (trained.best_step, trained.best_validation_loss) == (
+        best["step"],
+        best["validation_loss"],
+    )
+    assert trained.best_validation_loss < trained.history[0]["validation_loss"]
+
+
+def test_word_vector_training_stops_on_patience_and_returns_the_untrained_vectors() -> None:
+    vectors, batch_loss, train_rows, valid_rows = toy_word_vector_problem(untrained_is_best=True)
+    settings = WordVectorTrainer(
+        batch_size=16, max_steps=1000, eval_every=20, patience=3, learning_rate=0.05
+    )
+    trained = train_word_vectors(vectors, batch_loss, train_rows, valid_rows, settings)
+    assert [entry["step"] for entry in trained.history] == [0, 20, 40, 60]
+    assert trained.best_step == 0 and trained.best_validation_loss == 0.0
+    np.testing.assert_array_equal(trained.vectors, vectors)
 
 
 def test_save_load_roundtrip_and_load_encoder(

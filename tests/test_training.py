@@ -515,6 +515,13 @@ def test_cli_train_then_export(
     assert "applies to --method ese" in capsys.readouterr().err
     assert main(["train", "--data", "nope", "--out", str(run), "--model", str(tiny_model)]) == 2
     assert "unknown training data" in capsys.readouterr().err
+
+
+def test_cli_train_defaults_and_patience(
+    tiny_model: Path, tmp_path: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from demitasse.cli.main import main
+
     default = ["train", "--model", str(tiny_model), "--data-dir", str(data_dir), "--max-steps", "1"]
     assert main([*default, "--out", str(tmp_path / "default"), "--batch-size", "4"]) == 0
     signature = json.loads((tmp_path / "default" / "training.json").read_text())["signature"]

@@ -14,7 +14,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from demitasse.cli.arguments import (
     non_negative_float,
@@ -51,7 +51,18 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="demitasse", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    # The order here is the order of the commands in ``demitasse --help``.
+    _add_eval_parser(commands)
+    _add_report_parser(commands)
+    _add_train_parser(commands)
+    add_model_commands(commands)
+    _add_distill_static_parser(commands)
+    _add_demo_parser(commands)
+    return parser
 
+
+def _add_eval_parser(commands: Any) -> None:
+    """``eval``: an encoder sweep, or a model directory scored as fitted."""
     evaluate = commands.add_parser("eval", help="evaluate encoder × compressor × dim × precision")
     evaluate.add_argument(
         "--model",
@@ -95,11 +106,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(evaluate)
 
+
+def _add_report_parser(commands: Any) -> None:
+    """``report``: results files → Markdown + one HTML page."""
     report = commands.add_parser("report", help="render results as Markdown + one HTML page")
     report.add_argument("results", nargs="+", help="results.json files or folders holding one")
     report.add_argument("--out", required=True, help="report directory")
     report.add_argument("--title", default="demitasse report")
 
+
+def _add_train_parser(commands: Any) -> None:
+    """``train``: fine-tune an encoder with Espresso or its baselines."""
     train = commands.add_parser(
         "train", help="fine-tune a model: Espresso (ese) or its raw / Matryoshka baselines"
     )
@@ -126,6 +143,28 @@ def build_parser() -> argparse.ArgumentParser:
         "whole budget)",
     )
     train.add_argument("--seed", type=non_negative_int, default=0)
+    _add_espresso_loss_options(train)
+    _add_espresso_training_options(train)
+    train.add_argument(
+        "--frozen-encoder",
+        action="store_true",
+        help="train only the objective's own parameters (with --exit-heads: fit a head per "
+        "layer on any model, its encoder untouched)",
+    )
+    train.add_argument(
+        "--head-lr",
+        type=positive_float,
+        default=None,
+        help="learning rate of the objective's own parameters: exit heads, dynamic layer "
+        "weights (default 1e-3 with --exit-heads or --layer-weighting dynamic, else --lr)",
+    )
+
+
+def _add_espresso_loss_options(train: argparse.ArgumentParser) -> None:
+    """What the ``ese`` objective computes: the compression, the layers' terms and weights.
+
+    Each defaults to None, so that the objective's own default applies and an option given with
+    another --method can be refused."""
     train.add_argument(
         "--compress-dim", type=positive_int, default=None, help="ese: k (default dim/3)"
     )
@@ -153,6 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=non_negative_float,
         help="ese: alpha, the weight of the inner layers' loss",
     )
+
+
+def _add_espresso_training_options(train: argparse.ArgumentParser) -> None:
+    """The rest of ``ese``: how its terms update the model, its exit heads, where it compresses."""
     train.add_argument(
         "--gradient-priority",
         action="store_true",
@@ -187,22 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="ese: learn-to-compress on the inner layers only, not on the last layer",
     )
-    train.add_argument(
-        "--frozen-encoder",
-        action="store_true",
-        help="train only the objective's own parameters (with --exit-heads: fit a head per "
-        "layer on any model, its encoder untouched)",
-    )
-    train.add_argument(
-        "--head-lr",
-        type=positive_float,
-        default=None,
-        help="learning rate of the objective's own parameters: exit heads, dynamic layer "
-        "weights (default 1e-3 with --exit-heads or --layer-weighting dynamic, else --lr)",
-    )
 
-    add_model_commands(commands)
 
+def _add_distill_static_parser(commands: Any) -> None:
+    """``distill-static``: a static word-vector model distilled from a transformer."""
     static = commands.add_parser(
         "distill-static",
         help="distil a static word-vector sentence encoder from a transformer (Wada et al.)",
@@ -220,10 +251,12 @@ def build_parser() -> argparse.ArgumentParser:
     static.add_argument("--work-dir", default=None, help="extraction checkpoints (resumable)")
     static.add_argument("--model2vec", default=None, help="also export the model2vec layout here")
 
+
+def _add_demo_parser(commands: Any) -> None:
+    """``demo``: truncation vs PCA at float32 and int8 on STS."""
     demo = commands.add_parser("demo", help="truncation vs PCA at float32 and int8 on STS")
     demo.add_argument("--model", default=None)
     _common(demo)
-    return parser
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -344,7 +377,7 @@ def _run_distill_static(args: argparse.Namespace) -> int:
         max_steps=args.steps,
         learning_rate=args.lr,
     )
-    stages = distill_static(args.teacher, args.corpus, args.work_dir, recipe, show_progress=True)
+    stages = distill_static(args.teacher, args.corpus, args.work_dir, recipe, progress=True)
     stages.distilled.save(args.out)
     print(f"static model: {args.out} ({len(stages.distilled.vectors)} words × {args.dim})")
     print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in stages.seconds.items()))
@@ -355,47 +388,16 @@ def _run_distill_static(args: argparse.Namespace) -> int:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from demitasse.cli.specs import parse_int_list
     from demitasse.data import load_stsb
     from demitasse.training import SentenceModel, TrainingConfig, fine_tune
     from demitasse.training.espresso import own_learning_rate
-    from demitasse.training.recipes import (
-        DEFAULT_TRAINING_DATA,
-        load_training_sets,
-        make_objective,
-        split_options,
-    )
+    from demitasse.training.recipes import load_training_sets, make_objective, split_options
     from demitasse.training.trainer import check_run_directory
 
-    names = (
-        [n.strip() for n in args.data.split(",") if n.strip()]
-        if args.data is not None
-        else list(DEFAULT_TRAINING_DATA)
-    )
-    espresso_options = (
-        "compress_dim",
-        "layer_weighting",
-        "compression",
-        "layer_indexing",
-        "pca_scaling",
-        "inner_reduction",
-        "prefix_loss",
-        "matryoshka_dims",
-        "express_weight",
-        "gradient_priority",
-        "decoupled_updates",
-        "inner_rate",
-        "exit_heads",
-        "compress_last",
-    )
-    options = {k: getattr(args, k) for k in espresso_options if getattr(args, k) is not None}
-    if "matryoshka_dims" in options:
-        options["matryoshka_dims"] = parse_int_list(options["matryoshka_dims"], "--matryoshka-dims")
-    if options and args.method != "ese":
-        raise DemitasseError(f"--{next(iter(options)).replace('_', '-')} applies to --method ese")
+    options = _espresso_options(args)
     # The options and the run folder (a corrupt checkpoint) fail before data and model load.
     check_run_directory(args.out)
-    sets = load_training_sets(names, args.data_dir)
+    sets = load_training_sets(_training_data_names(args), args.data_dir)
     dev = load_stsb("dev", args.data_dir)
     model = SentenceModel.load(args.model)
     objective_options, update_options = split_options(options)
@@ -422,6 +424,42 @@ def _run_train(args: argparse.Namespace) -> int:
     print(f"{result.last_dir}  (final model, {result.steps} steps, {result.seconds:.0f} s)")
     print(f"{result.model_dir}  (best STS-B dev checkpoint, last layer: {best})")
     return 0
+
+
+def _espresso_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``ese`` options given on the command line, as keyword arguments of its objective."""
+    from demitasse.cli.specs import parse_int_list
+
+    espresso_options = (
+        "compress_dim",
+        "layer_weighting",
+        "compression",
+        "layer_indexing",
+        "pca_scaling",
+        "inner_reduction",
+        "prefix_loss",
+        "matryoshka_dims",
+        "express_weight",
+        "gradient_priority",
+        "decoupled_updates",
+        "inner_rate",
+        "exit_heads",
+        "compress_last",
+    )
+    options = {k: getattr(args, k) for k in espresso_options if getattr(args, k) is not None}
+    if "matryoshka_dims" in options:
+        options["matryoshka_dims"] = parse_int_list(options["matryoshka_dims"], "--matryoshka-dims")
+    if options and args.method != "ese":
+        raise DemitasseError(f"--{next(iter(options)).replace('_', '-')} applies to --method ese")
+    return options
+
+
+def _training_data_names(args: argparse.Namespace) -> list[str]:
+    from demitasse.training.recipes import DEFAULT_TRAINING_DATA
+
+    if args.data is None:
+        return list(DEFAULT_TRAINING_DATA)
+    return [n.strip() for n in args.data.split(",") if n.strip()]
 
 
 def _log(message: str) -> None:

@@ -22,12 +22,33 @@ PRECISION_CHOICES = ("float32", "int8", "binary")
 
 def add_model_commands(commands: Any) -> None:  # argparse's subparsers action
     """Add ``fit``, ``encode``, ``transform`` and ``export`` to the ``demitasse`` parser."""
+    _add_fit_parser(commands)
+    _add_encode_parser(commands)
+    _add_transform_parser(commands)
+    _add_export_parser(commands)
+
+
+def _add_fit_parser(commands: Any) -> None:
     fit = commands.add_parser(
         "fit",
         help="fit a compressed model (encoder, layer, compressor, quantiser) and save it",
         description="Fit a compressed model on your texts (or on vectors from an embedding "
         "API) and save it as one directory that encode, transform, eval and export take.",
     )
+    _add_fit_source_options(fit)
+    fit.add_argument("--method", default="none", help="none, truncate, pca, pca:whiten=true, "
+                     "pca-abtt, random, adaptor, smec, ...")  # fmt: skip
+    fit.add_argument("--dim", type=positive_int, default=None, help="largest output dimension")
+    fit.add_argument("--precision", choices=PRECISION_CHOICES, default="float32",
+                     help="quantiser to calibrate (float32 and binary need none)")  # fmt: skip
+    fit.add_argument("--normalize", action="store_true", help="L2-normalise float outputs")
+    fit.add_argument("--batch-size", type=positive_int, default=64)
+    _add_fit_supervision_options(fit)
+    fit.add_argument("--fit-data", default=None, help="name recorded for the fit data")
+    fit.add_argument("--out", required=True, help="model directory to write")
+
+
+def _add_fit_source_options(fit: argparse.ArgumentParser) -> None:
     source = fit.add_argument_group("what to fit on (texts with an encoder, or vectors)")
     source.add_argument(
         "--model",
@@ -40,13 +61,9 @@ def add_model_commands(commands: Any) -> None:  # argparse's subparsers action
     source.add_argument("--text-column", default="text", help="column of --texts tables")
     source.add_argument("--vectors", default=None, help="vectors-only model: .npy or .parquet")
     source.add_argument("--column", default="embedding", help="Parquet column of --vectors")
-    fit.add_argument("--method", default="none", help="none, truncate, pca, pca:whiten=true, "
-                     "pca-abtt, random, adaptor, smec, ...")  # fmt: skip
-    fit.add_argument("--dim", type=positive_int, default=None, help="largest output dimension")
-    fit.add_argument("--precision", choices=PRECISION_CHOICES, default="float32",
-                     help="quantiser to calibrate (float32 and binary need none)")  # fmt: skip
-    fit.add_argument("--normalize", action="store_true", help="L2-normalise float outputs")
-    fit.add_argument("--batch-size", type=positive_int, default=64)
+
+
+def _add_fit_supervision_options(fit: argparse.ArgumentParser) -> None:
     supervision = fit.add_argument_group("supervision (learned compressors)")
     supervision.add_argument("--pairs", default=None,
                              help="scored pairs: sentence1, sentence2, score")  # fmt: skip
@@ -55,9 +72,9 @@ def add_model_commands(commands: Any) -> None:  # argparse's subparsers action
     supervision.add_argument("--queries", default=None, help="queries.jsonl (_id, text)")
     supervision.add_argument("--corpus", default=None, help="corpus.jsonl (_id, text, title)")
     supervision.add_argument("--qrels", default=None, help="qrels .tsv (query, doc, score)")
-    fit.add_argument("--fit-data", default=None, help="name recorded for the fit data")
-    fit.add_argument("--out", required=True, help="model directory to write")
 
+
+def _add_encode_parser(commands: Any) -> None:
     encode = commands.add_parser("encode", help="texts → vectors or codes with a model")
     encode.add_argument("model", help="model directory written by 'fit'")
     encode.add_argument("--input", required=True, help=".txt, .jsonl, .parquet, .csv, .tsv")
@@ -65,12 +82,16 @@ def add_model_commands(commands: Any) -> None:  # argparse's subparsers action
     _output_options(encode)
     encode.add_argument("--batch-size", type=positive_int, default=None)
 
+
+def _add_transform_parser(commands: Any) -> None:
     transform = commands.add_parser("transform", help="vectors → compressed vectors or codes")
     transform.add_argument("model", help="model directory (or a saved compressor)")
     transform.add_argument("--input", required=True, help="vectors: .npy or Parquet list column")
     transform.add_argument("--column", default="embedding")
     _output_options(transform)
 
+
+def _add_export_parser(commands: Any) -> None:
     export = commands.add_parser(
         "export",
         help="write a model for sentence-transformers (or model2vec) to load",

@@ -72,7 +72,7 @@ class MatryoshkaAdaptor(LearnedCompressor):
         rotate: bool = True,
         batch_size: int = 256,
         max_epochs: int = 20,
-        patience: int = 2,
+        patience: int = 3,
         learning_rate: float = 1e-3,
         weight_decay: float = 0.0,
         validation_fraction: float = 0.1,

@@ -1,11 +1,13 @@
 # ruff: noqa: N803, N806  (scikit-learn convention: matrices are capitalised)
 """Base class for compressors that train a small torch network on frozen embeddings.
 
-The training loop is shared: a seeded train/validation split of the fit rows, AdamW on
-mini-batches, early stopping on the validation loss (best weights restored), tqdm progress, CPU
-by default and the GPU when one is present. Supervision common to the subclasses is handled
-here too: scored sentence pairs (CoSENT) and query–document relevance (Search-Adaptor rank
-loss). Network weights are saved as safetensors through the Compressor persistence hooks.
+Training is shared: a seeded train/validation split of the fit rows, then the one training loop
+of demitasse (:func:`demitasse.loop.run_loop`): AdamW on mini-batches, the validation loss at
+each epoch's end, early stopping after ``patience`` epochs without improvement (best weights
+restored), a progress bar; CPU by default and the GPU when one is present. Supervision common
+to the subclasses is handled here too: scored sentence pairs (CoSENT), query–document relevance
+(Search-Adaptor rank loss) and related pairs. Network weights are saved as safetensors through
+the Compressor persistence hooks.
 
 Inputs are first centred and rotated onto their principal axes (``rotate=True``): a fixed,
 lossless change of basis that lets the networks start from PCA instead of from truncation.
@@ -14,7 +16,6 @@ lossless change of basis that lets the networks start from PCA instead of from t
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from numbers import Real
@@ -22,13 +23,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
-from tqdm.auto import tqdm
 
 from demitasse.arrays import as_matrix, check_finite, cosine_rows
 from demitasse.compress.base import Compressor
 from demitasse.compress.params import Integers
 from demitasse.compress.pca import PCA
-from demitasse.errors import CompressorError, DataError
+from demitasse.errors import CompressorError, DataError, DemitasseError
+from demitasse.loop import LoopSettings, run_loop
 
 if TYPE_CHECKING:
     import torch
@@ -54,70 +55,6 @@ def halving_dims(first: int, smallest: int) -> list[int]:
     if dims[-1] != smallest and smallest < dims[-1]:
         dims.append(smallest)
     return dims
-
-
-class AdamW:
-    """Minimal AdamW (Loshchilov & Hutter) over parameter groups.
-
-    A group with ``"max_normalized": True`` instead takes plain gradient steps scaled so the
-    largest coordinate moves by ``lr`` (used for importance logits).
-
-    ``torch.optim`` imports ``torch._dynamo`` on first use, which costs seconds on a busy CPU;
-    these compressors need nothing beyond plain AdamW.
-    """
-
-    def __init__(
-        self,
-        groups: list[dict[str, Any]],
-        lr: float,
-        weight_decay: float = 0.0,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-    ) -> None:
-        import torch
-
-        self.groups = [
-            {"lr": lr, "weight_decay": weight_decay, **g, "params": list(g["params"])}
-            for g in groups
-        ]
-        self.betas, self.eps, self.steps = betas, eps, 0
-        self.moments = {
-            id(p): (torch.zeros_like(p), torch.zeros_like(p))
-            for g in self.groups
-            for p in g["params"]
-        }
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for group in self.groups:
-            for p in group["params"]:
-                p.grad = None
-
-    def step(self) -> None:
-        import torch
-
-        self.steps += 1
-        beta1, beta2 = self.betas
-        correction1 = 1 - beta1**self.steps
-        correction2 = 1 - beta2**self.steps
-        with torch.no_grad():
-            for group in self.groups:
-                lr, decay = group["lr"], group["weight_decay"]
-                for p in group["params"]:
-                    if p.grad is None:
-                        continue
-                    if group.get("max_normalized"):
-                        # Step of size lr for the coordinate with the largest gradient, the
-                        # others in proportion: Adam would blow tiny but consistent gradients
-                        # up to full-size steps, which ruins a ranking of importance logits.
-                        p.add_(p.grad, alpha=-lr / (float(p.grad.abs().max()) + self.eps))
-                        continue
-                    first, second = self.moments[id(p)]
-                    first.mul_(beta1).add_(p.grad, alpha=1 - beta1)
-                    second.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
-                    if decay:
-                        p.mul_(1 - lr * decay)
-                    denominator = (second / correction2).sqrt_().add_(self.eps)
-                    p.addcdiv_(first, denominator, value=-lr / correction1)
 
 
 class _GradientLog:
@@ -168,6 +105,75 @@ class _GradientLog:
         return entry
 
 
+class _CompressorTraining:
+    """The shared loop's task for a learned compressor: one optimiser step per mini-batch of
+    the training rows, the validation loss over all validation rows, the best weights kept as
+    copies in memory."""
+
+    def __init__(
+        self,
+        compressor: LearnedCompressor,
+        modules: list[torch.nn.Module],
+        optimisers: list[torch.optim.Optimizer],
+        batch_loss: BatchLoss,
+        description: str,
+    ) -> None:
+        self.compressor, self.modules, self.optimisers = compressor, modules, optimisers
+        self.batch_loss, self.description = batch_loss, description
+        recording = getattr(compressor, "record_gradients", False)
+        self.log = _GradientLog(modules) if recording else None
+        self.epoch = 0
+        self.best: list[dict[str, Any]] = []
+
+    def steps_per_epoch(self) -> int:
+        """Mini-batches per epoch (a last batch of one row is left out, see ``_batches``)."""
+        n, size = len(self.compressor._train_rows), int(self.compressor.batch_size)
+        return n // size + (n % size >= 2)
+
+    def epoch_batches(self, epoch: int) -> Iterator[torch.Tensor]:
+        # Not a pure function of the epoch, as the loop would like for resuming: the shuffle
+        # continues the compressor's seeded generator, which the supervised terms draw from
+        # too. These fits are never resumed from a checkpoint.
+        self.epoch = epoch
+        return self.compressor._batches(self.compressor._train_rows, shuffle=True)
+
+    def train_step(self, rows: torch.Tensor) -> float:
+        for module in self.modules:
+            module.train()
+        loss = self.batch_loss(rows, True)
+        for optimiser in self.optimisers:
+            optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.log is not None:
+            entry = {"run": self.description, "epoch": self.epoch, **self.log.record(loss)}
+            self.compressor.history_.append(entry)
+        for optimiser in self.optimisers:
+            optimiser.step()
+        return float(loss.detach())
+
+    def validate(self) -> float:
+        """The mean loss per validation row."""
+        import torch
+
+        compressor = self.compressor
+        for module in self.modules:
+            module.eval()
+        with torch.no_grad():
+            total = sum(
+                float(self.batch_loss(rows, False)) * len(rows)
+                for rows in compressor._batches(compressor._val_rows, shuffle=False)
+            )
+        return total / max(1, len(compressor._val_rows))
+
+    def keep_best(self) -> None:
+        self.best = [copy.deepcopy(module.state_dict()) for module in self.modules]
+
+    def restore_best(self) -> None:
+        for module, state in zip(self.modules, self.best, strict=True):
+            module.load_state_dict(state)
+            module.eval()
+
+
 class LearnedCompressor(Compressor):
     """Shared machinery of torch-trained compressors; subclasses build the network and losses.
 
@@ -186,6 +192,9 @@ class LearnedCompressor(Compressor):
       high-similarity pairs that random batches of unrelated sentences almost never contain.
     """
 
+    #: Version 2: ``patience`` counts epochs without improvement after which training stops
+    #: (version 1 stopped after ``patience`` + 1).
+    version: ClassVar[int] = 2
     supervision: ClassVar[tuple[str, ...]] = (
         "pairs",
         "scores",
@@ -202,7 +211,7 @@ class LearnedCompressor(Compressor):
         **Compressor._parameter_constraints,
         "batch_size": [Integers(1)],
         "max_epochs": [Integers(1)],
-        "patience": [Integers(0)],
+        "patience": [Integers(1)],
         "seed": [Integers(0)],
         **{
             name: [Interval(Real, 0, None, closed="left")]
@@ -236,6 +245,13 @@ class LearnedCompressor(Compressor):
     seed: int
     device: str
     progress: bool
+
+    @classmethod
+    def _saved_params(cls, params: dict[str, Any], version: int) -> dict[str, Any]:
+        patience = params.get("patience")
+        if version < 2 and isinstance(patience, int) and not isinstance(patience, bool):
+            return {**params, "patience": patience + 1}  # the same training as before
+        return params
 
     # ---- subclass hooks ----------------------------------------------------------------------
 
@@ -302,64 +318,18 @@ class LearnedCompressor(Compressor):
         self._val_rows, self._train_rows = order[:n_val], order[n_val:]
 
     def _prepare_supervision(self, supervision: dict[str, Any], d: int) -> dict[str, _Split]:
+        """Check the supervision arrays and split each set into train and validation rows."""
         import torch
 
-        def matrix(value: Any, what: str) -> np.ndarray:
-            try:
-                array = as_matrix(value)
-            except Exception as exc:
-                raise DataError(f"{self.method}: {what} must be a 2-D array ({exc})") from None
-            if array.shape[1] != d:
-                raise DataError(f"{self.method}: {what} has {array.shape[1]} features, X has {d}")
-            check_finite(array, 8192)
-            return np.ascontiguousarray(array, dtype=np.float32)
-
-        def vector(value: Any, n: int, what: str) -> np.ndarray:
-            array = np.asarray(value, dtype=np.float32)
-            if array.shape != (n,) or not np.isfinite(array).all():
-                raise DataError(f"{self.method}: {what} must be {n} finite numbers")
-            return array
-
-        sets: dict[str, tuple[np.ndarray, ...]] = {}
-        pairs, scores = supervision.get("pairs"), supervision.get("scores")
-        if (pairs is None) != (scores is None):
-            raise DataError(f"{self.method}: pairs and scores must be given together")
-        if pairs is not None:
-            if not isinstance(pairs, tuple | list) or len(pairs) != 2:
-                raise DataError(f"{self.method}: pairs must be a tuple (A, B) of embeddings")
-            left, right = matrix(pairs[0], "pairs[0]"), matrix(pairs[1], "pairs[1]")
-            if left.shape != right.shape or left.shape[0] < 4:
-                raise DataError(f"{self.method}: pairs need two equal-shape arrays of >= 4 rows")
-            sets["cosent"] = (left, right, vector(scores, left.shape[0], "scores"))
-        queries, documents = supervision.get("queries"), supervision.get("documents")
-        if (queries is None) != (documents is None):
-            raise DataError(f"{self.method}: queries and documents must be given together")
-        if queries is not None:
-            q, doc = matrix(queries, "queries"), matrix(documents, "documents")
-            if q.shape != doc.shape or q.shape[0] < 4:
-                raise DataError(
-                    f"{self.method}: queries and documents need equal shapes and >= 4 rows"
-                )
-            grades = supervision.get("relevance")
-            grades = np.ones(q.shape[0], np.float32) if grades is None else grades
-            sets["rank"] = (q, doc, vector(grades, q.shape[0], "relevance"))
-        elif supervision.get("relevance") is not None:
-            raise DataError(f"{self.method}: relevance needs queries and documents")
-        related = supervision.get("related_pairs")
-        if related is not None:
-            if not isinstance(related, tuple | list) or len(related) != 2:
-                raise DataError(
-                    f"{self.method}: related_pairs must be a tuple (A, B) of embeddings"
-                )
-            left = matrix(related[0], "related_pairs[0]")
-            right = matrix(related[1], "related_pairs[1]")
-            if left.shape != right.shape or left.shape[0] < 4:
-                raise DataError(
-                    f"{self.method}: related_pairs need two equal-shape arrays of >= 4 rows"
-                )
-            # The target is the cosine of the original (unrotated, uncentred) embeddings.
-            sets["related"] = (left, right, cosine_rows(left, right).astype(np.float32))
-
+        sets = {
+            name: arrays
+            for name, arrays in (
+                ("cosent", self._scored_pairs(supervision, d)),
+                ("rank", self._query_documents(supervision, d)),
+                ("related", self._related_pairs(supervision, d)),
+            )
+            if arrays is not None
+        }
         splits = {}
         for name, arrays in sets.items():
             n = arrays[0].shape[0]
@@ -369,6 +339,74 @@ class LearnedCompressor(Compressor):
             rotated = tuple(self._rotate(t) for t in tensors[:2])
             splits[name] = _Split((*rotated, tensors[2]), order[n_val:], order[:n_val])
         return splits
+
+    def _supervision_matrix(self, value: Any, what: str, d: int) -> np.ndarray:
+        try:
+            array = as_matrix(value)
+        except Exception as exc:
+            raise DataError(f"{self.method}: {what} must be a 2-D array ({exc})") from None
+        if array.shape[1] != d:
+            raise DataError(f"{self.method}: {what} has {array.shape[1]} features, X has {d}")
+        check_finite(array, 8192)
+        return np.ascontiguousarray(array, dtype=np.float32)
+
+    def _supervision_vector(self, value: Any, n: int, what: str) -> np.ndarray:
+        array = np.asarray(value, dtype=np.float32)
+        if array.shape != (n,) or not np.isfinite(array).all():
+            raise DataError(f"{self.method}: {what} must be {n} finite numbers")
+        return array
+
+    def _paired_matrices(self, pair: Any, what: str, d: int) -> tuple[np.ndarray, np.ndarray]:
+        """Two row-aligned embedding matrices of >= 4 rows given as a tuple (A, B)."""
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise DataError(f"{self.method}: {what} must be a tuple (A, B) of embeddings")
+        left = self._supervision_matrix(pair[0], f"{what}[0]", d)
+        right = self._supervision_matrix(pair[1], f"{what}[1]", d)
+        if left.shape != right.shape or left.shape[0] < 4:
+            raise DataError(f"{self.method}: {what} need two equal-shape arrays of >= 4 rows")
+        return left, right
+
+    def _scored_pairs(
+        self, supervision: dict[str, Any], d: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """``pairs`` and ``scores``: the CoSENT set."""
+        pairs, scores = supervision.get("pairs"), supervision.get("scores")
+        if (pairs is None) != (scores is None):
+            raise DataError(f"{self.method}: pairs and scores must be given together")
+        if pairs is None:
+            return None
+        left, right = self._paired_matrices(pairs, "pairs", d)
+        return left, right, self._supervision_vector(scores, left.shape[0], "scores")
+
+    def _query_documents(
+        self, supervision: dict[str, Any], d: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """``queries``, ``documents`` and optional ``relevance`` grades: the rank-loss set."""
+        queries, documents = supervision.get("queries"), supervision.get("documents")
+        grades = supervision.get("relevance")
+        if (queries is None) != (documents is None):
+            raise DataError(f"{self.method}: queries and documents must be given together")
+        if queries is None:
+            if grades is not None:
+                raise DataError(f"{self.method}: relevance needs queries and documents")
+            return None
+        q = self._supervision_matrix(queries, "queries", d)
+        doc = self._supervision_matrix(documents, "documents", d)
+        if q.shape != doc.shape or q.shape[0] < 4:
+            raise DataError(f"{self.method}: queries and documents need equal shapes and >= 4 rows")
+        grades = np.ones(q.shape[0], np.float32) if grades is None else grades
+        return q, doc, self._supervision_vector(grades, q.shape[0], "relevance")
+
+    def _related_pairs(
+        self, supervision: dict[str, Any], d: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """``related_pairs``, with the cosine of the original (unrotated, uncentred) pair as
+        the target."""
+        related = supervision.get("related_pairs")
+        if related is None:
+            return None
+        left, right = self._paired_matrices(related, "related_pairs", d)
+        return left, right, cosine_rows(left, right).astype(np.float32)
 
     # ---- training loop -----------------------------------------------------------------------
 
@@ -386,16 +424,14 @@ class LearnedCompressor(Compressor):
     def all_pairs_loss(self, original: torch.Tensor, reduced: torch.Tensor) -> torch.Tensor:
         """``pairwise_weight`` × the similarity gap over all in-batch pairs.
 
-        At weight 1 the loss is returned unscaled, so fits recorded before the weight existed
-        keep their arithmetic bit for bit; at weight 0 it is a zero tensor and not computed (SMEC
-        leaves it out instead).
+        At weight 0 it is a zero tensor and not computed (SMEC leaves the term out instead).
         """
         from demitasse.losses import pairwise_similarity_loss
 
         if not self.pairwise_weight:
             return reduced.new_zeros(())
         loss = pairwise_similarity_loss(original, reduced)
-        return loss if self.pairwise_weight == 1 else float(self.pairwise_weight) * loss
+        return float(self.pairwise_weight) * loss
 
     def supervised_loss(
         self, encode: Callable[[torch.Tensor], list[torch.Tensor]], training: bool
@@ -444,57 +480,37 @@ class LearnedCompressor(Compressor):
         parameter_groups: list[dict[str, Any]],
         batch_loss: BatchLoss,
         description: str,
-        on_step: Callable[[], None] | None = None,
     ) -> None:
-        """AdamW on ``parameter_groups`` until the validation loss stops improving.
+        """Train ``parameter_groups`` on the shared loop (:func:`demitasse.loop.run_loop`)
+        until the validation loss stops improving.
 
-        ``batch_loss(rows, training)`` gets row indices of the fit data. The weights of
-        ``modules`` with the best validation loss are restored at the end. With the
-        hyperparameter ``record_gradients`` set, per-step gradient statistics go to
-        ``history_`` (see ``_GradientLog``); training itself is unchanged.
+        One epoch is one pass over the training rows in mini-batches; the validation loss is
+        measured at each epoch's end; training stops after ``patience`` epochs in a row without
+        an improvement, and the weights of ``modules`` with the best validation loss are put
+        back. The groups train with AdamW, those marked ``"max_normalized": True`` with
+        :class:`~demitasse.compress.optimisers.MaxNormalizedSGD`. ``batch_loss(rows,
+        training)`` gets row indices of the fit data. With the hyperparameter
+        ``record_gradients`` set, per-step gradient statistics go to ``history_`` (see
+        ``_GradientLog``); training itself is unchanged.
         """
-        import torch
+        from demitasse.compress.optimisers import compressor_optimisers
 
-        optimiser = AdamW(
+        optimisers = compressor_optimisers(
             parameter_groups, lr=float(self.learning_rate), weight_decay=float(self.weight_decay)
         )
-        log = _GradientLog(modules) if getattr(self, "record_gradients", False) else None
-        best = math.inf
-        best_states = [copy.deepcopy(m.state_dict()) for m in modules]
-        stale = 0
-        bar = tqdm(range(int(self.max_epochs)), desc=description, disable=not self.progress)
-        for epoch in bar:
-            for module in modules:
-                module.train()
-            for rows in self._batches(self._train_rows, shuffle=True):
-                loss = batch_loss(rows, True)
-                optimiser.zero_grad(set_to_none=True)
-                loss.backward()
-                if log is not None:
-                    self.history_.append({"run": description, "epoch": epoch, **log.record(loss)})
-                optimiser.step()
-                if on_step is not None:
-                    on_step()
-            for module in modules:
-                module.eval()
-            with torch.no_grad():
-                val = [
-                    float(batch_loss(rows, False)) * len(rows)
-                    for rows in self._batches(self._val_rows, shuffle=False)
-                ]
-            val_loss = sum(val) / max(1, len(self._val_rows))
-            bar.set_postfix(val_loss=f"{val_loss:.4f}")
-            if val_loss < best - 1e-6:
-                best, stale = val_loss, 0
-                best_states = [copy.deepcopy(m.state_dict()) for m in modules]
-            else:
-                stale += 1
-                if stale > self.patience:
-                    break
-        bar.close()
-        for module, state in zip(modules, best_states, strict=True):
-            module.load_state_dict(state)
-            module.eval()
+        task = _CompressorTraining(self, modules, optimisers, batch_loss, description)
+        settings = LoopSettings(
+            max_epochs=int(self.max_epochs),
+            patience=int(self.patience),
+            min_delta=1e-6,
+            progress=bool(self.progress),
+        )
+        try:
+            run_loop(
+                task, settings, description=description, steps_per_epoch=task.steps_per_epoch()
+            )
+        except DemitasseError as exc:  # a loss that diverged: say which compressor's
+            raise CompressorError(f"{self.method}: {exc}") from None
 
     # ---- transform and persistence -----------------------------------------------------------
 

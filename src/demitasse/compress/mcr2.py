@@ -150,7 +150,7 @@ class MCR2(LearnedCompressor):
         rotate: bool = True,
         batch_size: int = 512,
         max_epochs: int = 30,
-        patience: int = 10,
+        patience: int = 11,
         learning_rate: float = 1e-3,
         weight_decay: float = 0.0,
         validation_fraction: float = 0.1,

@@ -47,8 +47,9 @@ query–document relevance, at each stage's width.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from numbers import Real
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self, cast
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -61,6 +62,8 @@ from demitasse.errors import CompressorError
 
 if TYPE_CHECKING:
     import torch
+
+    from demitasse.compress.smec_stage import SelectionStage
 
 # Importance logits start at a standardised prior (log-variance or position) × this: the
 # prior's top dimensions are selected first, and training can still overturn it.
@@ -123,89 +126,133 @@ class EmbeddingMemory:
         return tuple(s[: self._size] for s in self._slots)
 
 
-def _selection_stage(
-    d_in: int, d_out: int, d_context: int, hidden: int, ads: bool, tau: float
-) -> Any:
-    import torch
+@dataclass
+class _Neighbours:
+    """What the S-XBM memory holds for each row of a batch: its ``topk`` stored neighbours."""
 
-    class SelectionStage(torch.nn.Module):
-        """Select ``d_out`` of ``d_in`` inputs (ADS or prefix), then reduce them to ``d_out``."""
+    embeddings: torch.Tensor  #: their backbone embeddings, unit length [n, k, D]
+    outputs: list[torch.Tensor]  #: per trained stage, their compressed vectors [n, k, d_s]
 
-        prefix: torch.Tensor  # a buffer
 
-        def __init__(self) -> None:
-            super().__init__()
-            self.d_out = d_out
-            self.logits = torch.nn.Parameter(torch.zeros(d_in)) if ads else None
-            self.linear = torch.nn.Linear(d_in, d_out, bias=False)
-            with torch.no_grad():
-                self.linear.weight.copy_(torch.eye(d_out, d_in))
-            self.hidden = torch.nn.Linear(d_in + d_context, hidden)
-            self.out = torch.nn.Linear(hidden, d_out)
-            torch.nn.init.zeros_(self.out.weight)
-            torch.nn.init.zeros_(self.out.bias)
-            prefix = torch.zeros(d_in)
-            prefix[:d_out] = 1.0
-            self.register_buffer("prefix", prefix, persistent=False)
+class _GroupObjective:
+    """The batch loss of SMEC stages trained together (see the module doc), with the S-XBM
+    memory it fills as training goes."""
 
-        def selected(self) -> torch.Tensor:
-            """Indices of the inputs used at inference, most important first."""
-            if self.logits is None:
-                return torch.arange(self.d_out)
-            return self.logits.detach().topk(self.d_out).indices
+    def __init__(
+        self,
+        smec: SMEC,
+        frozen: list[SelectionStage],
+        trained: list[SelectionStage],
+        H: torch.Tensor,
+        U: torch.Tensor,
+        X: torch.Tensor,
+    ) -> None:
+        self.smec, self.frozen, self.trained = smec, frozen, trained
+        self.H, self.U, self.X = H, U, X
+        self.memory = EmbeddingMemory(int(smec.memory_size)) if smec.xbm else None
+        self.k = int(smec.topk)
 
-        def mask(self) -> torch.Tensor:
-            """Hard selection: prefix, top-k logits (eval) or a Gumbel top-k sample (train)."""
-            self.soft_mask = None
-            if self.logits is None:
-                return self.prefix
-            if not self.training:
-                hard = torch.zeros_like(self.logits)
-                return hard.scatter(0, self.logits.topk(self.d_out).indices, 1.0)
-            uniform = torch.rand_like(self.logits).clamp(1e-9, 1 - 1e-9)
-            perturbed = self.logits - torch.log(-torch.log(uniform))
-            top = perturbed.topk(min(self.d_out + 1, perturbed.numel()))
-            hard = torch.zeros_like(perturbed).scatter(0, top.indices[: self.d_out], 1.0)
-            # Relaxation of the same sample: each input's membership is a sigmoid of its
-            # distance to the cut between the k-th and (k+1)-th perturbed logit (at most 1 each,
-            # unlike k·softmax, which lets one input take the mass of several).
-            cut = top.values[-2:].mean().detach()
-            self.soft_mask = torch.sigmoid((perturbed - cut) / tau)
-            return hard.detach()
+    def chain(self, h: torch.Tensor, u: torch.Tensor) -> list[torch.Tensor]:
+        """The outputs of every trained stage for frozen-stage output ``h``."""
+        outputs = []
+        for stage in self.trained:
+            h = stage(h, u)
+            outputs.append(h)
+        return outputs
 
-        def reduce(
-            self, v: torch.Tensor, context: torch.Tensor, frozen: bool = False
-        ) -> torch.Tensor:
-            weights = [
-                self.linear.weight,
-                self.hidden.weight,
-                self.hidden.bias,
-                self.out.weight,
-                self.out.bias,
+    def from_rotated(self, u: torch.Tensor) -> list[torch.Tensor]:
+        import torch
+
+        h = u
+        with torch.no_grad():
+            for stage in self.frozen:
+                h = stage(h, u)
+        return self.chain(h, u)
+
+    def batch_loss(self, rows: torch.Tensor, training: bool) -> torch.Tensor:
+        import torch
+
+        rows = rows.to(self.X.device)  # may be stored in the memory and joined to its rows
+        x = self.X[rows]
+        outputs, neighbours = self._compress(rows, self._nearest(x) if training else None)
+        # Stale neighbours replace the in-batch top-k; refreshed ones are added to it.
+        in_batch_topk = bool(self.smec.refresh_memory) or neighbours is None
+        terms = [
+            self._stage_loss(index, reduced, x, neighbours, in_batch_topk)
+            for index, reduced in enumerate(outputs)
+        ]
+        loss = torch.stack(terms).mean() + self.smec.supervised_loss(self.from_rotated, training)
+        if training and self.memory is not None:
+            payload = [rows] if self.smec.refresh_memory else outputs
+            self.memory.push(torch.nn.functional.normalize(x, dim=1), *payload)
+        return loss
+
+    def _nearest(self, x: torch.Tensor) -> torch.Tensor | None:
+        """Slots of the memory's ``topk`` nearest rows to each of ``x`` (None: memory off or
+        not yet filled)."""
+        import torch
+
+        if self.memory is None or len(self.memory) < self.k:
+            return None
+        stored_x = self.memory.stored()[0]  # rows of unit length
+        return (torch.nn.functional.normalize(x, dim=1) @ stored_x.T).topk(self.k).indices
+
+    def _compress(
+        self, rows: torch.Tensor, nearest: torch.Tensor | None
+    ) -> tuple[list[torch.Tensor], _Neighbours | None]:
+        """The trained stages' outputs for ``rows``, and those of the memory's neighbours."""
+        import torch
+
+        H, U = self.H, self.U
+        if nearest is None or self.memory is None:
+            return self.chain(H[rows], U[rows]), None
+        stored_x, *stored = self.memory.stored()
+        if not self.smec.refresh_memory:  # as in XBM: compressed when stored, a few steps stale
+            neighbours = _Neighbours(stored_x[nearest], [payload[nearest] for payload in stored])
+            return self.chain(H[rows], U[rows]), neighbours
+        # The backbone is frozen, so a stored embedding never goes stale: neighbours are
+        # compressed again by the current stages, in the same pass (same ADS sample).
+        extra, where = stored[0][nearest].unique(return_inverse=True)
+        everything = torch.cat([rows, extra])
+        outputs = self.chain(H[everything], U[everything])
+        n = len(rows)
+        neighbours = _Neighbours(stored_x[nearest], [out[n:][where] for out in outputs])
+        return [out[:n] for out in outputs], neighbours
+
+    def _stage_loss(
+        self,
+        index: int,
+        reduced: torch.Tensor,
+        x: torch.Tensor,
+        neighbours: _Neighbours | None,
+        in_batch_topk: bool,
+    ) -> torch.Tensor:
+        """Stage ``index``'s similarity gaps averaged over its training widths, plus the ADS
+        term (which trains the importance logits only)."""
+        import torch
+
+        from demitasse.losses import (
+            neighbour_similarity_loss,
+            pairwise_similarity_loss,
+            topk_similarity_loss,
+        )
+
+        smec, stage = self.smec, self.trained[index]
+        widths = smec._prefix_widths(stage.d_out)
+        prefixes = [reduced[:, :w] for w in widths]
+        parts = [smec.all_pairs_loss(x, p) for p in prefixes] if smec.pairwise_weight else []
+        if in_batch_topk:
+            parts += [topk_similarity_loss(x, p, self.k) for p in prefixes]
+        if neighbours is not None:
+            stored = neighbours.outputs[index]
+            parts += [
+                neighbour_similarity_loss(x, p, neighbours.embeddings, stored[..., :w])
+                for p, w in zip(prefixes, widths, strict=True)
             ]
-            if frozen:
-                weights = [w.detach() for w in weights]
-            linear, hidden_w, hidden_b, out_w, out_b = weights
-            f = torch.nn.functional
-            hidden_in = torch.cat([v, context], dim=1)
-            return f.linear(v, linear) + f.linear(
-                f.gelu(f.linear(hidden_in, hidden_w, hidden_b)), out_w, out_b
-            )
-
-        def forward(self, h: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-            out = self.reduce(h * self.mask(), context)
-            # Straight-through, evaluated at the relaxed point: the logits learn from the
-            # softly masked input pushed through the (detached) reduction trained on the hard
-            # selection. At the hard point itself the gradient only says how to rescale dims
-            # that are already selected, which the reduction's weights make meaningless.
-            self.soft_output = (
-                None
-                if self.soft_mask is None
-                else self.reduce(h * self.soft_mask, context, frozen=True)
-            )
-            return out
-
-    return SelectionStage()
+        loss = torch.stack(parts).sum() / len(widths)
+        if stage.soft_output is not None:
+            loss = loss + pairwise_similarity_loss(x, stage.soft_output[: len(x)])
+        return loss
 
 
 @register_compressor
@@ -260,7 +307,7 @@ class SMEC(LearnedCompressor):
         rotate: bool = True,
         batch_size: int = 256,
         max_epochs: int = 20,
-        patience: int = 2,
+        patience: int = 3,
         learning_rate: float = 1e-3,
         weight_decay: float = 0.0,
         validation_fraction: float = 0.1,
@@ -308,9 +355,11 @@ class SMEC(LearnedCompressor):
     def _build_network(self) -> torch.nn.Module:
         import torch
 
+        from demitasse.compress.smec_stage import SelectionStage
+
         widths = [self.n_features_in_, *self.stage_dims_]
         return torch.nn.ModuleList(
-            _selection_stage(
+            SelectionStage(
                 d_in,
                 d_out,
                 self.n_features_in_,
@@ -321,8 +370,12 @@ class SMEC(LearnedCompressor):
             for d_in, d_out in itertools.pairwise(widths)
         )
 
+    def _stages(self) -> list[SelectionStage]:
+        """The network's stages in chain order."""
+        return cast("list[SelectionStage]", list(self.network_.children()))
+
     def _encode(self, U: torch.Tensor, dim: int) -> torch.Tensor:
-        stages: list[Any] = list(self.network_.children())
+        stages = self._stages()
         h = U
         for index, stage in enumerate(stages):
             h = stage(h, U)
@@ -340,7 +393,7 @@ class SMEC(LearnedCompressor):
     def selected_dims(self, stage: int = 0) -> np.ndarray:
         """Input dimensions of ``stage`` kept at inference, most important first."""
         self._check_fitted("selected_dims")
-        stages: list[Any] = list(self.network_.children())
+        stages = self._stages()
         return stages[stage].selected().cpu().numpy()
 
     # ---- training ----------------------------------------------------------------------------
@@ -358,7 +411,7 @@ class SMEC(LearnedCompressor):
         """Train stages ``first…`` (earlier ones stay frozen); SMRL: one at a time."""
         import torch
 
-        stages: list[Any] = list(self.network_.children())
+        stages = self._stages()
         for stage in stages[:first]:
             stage.requires_grad_(False).eval()
         with torch.no_grad():
@@ -374,7 +427,7 @@ class SMEC(LearnedCompressor):
         else:
             self._train_group(stages[:first], stages[first:], H, U, X)
 
-    def _init_stage(self, stage: Any, H: torch.Tensor, passthrough: bool) -> None:
+    def _init_stage(self, stage: SelectionStage, H: torch.Tensor, passthrough: bool) -> None:
         """Initial importance logits and linear reduction of an ADS stage.
 
         By default a stage starts from the principal axes of its input (and a log-variance
@@ -411,20 +464,28 @@ class SMEC(LearnedCompressor):
 
     def _train_group(
         self,
-        frozen: list[Any],
-        trained: list[Any],
+        frozen: list[SelectionStage],
+        trained: list[SelectionStage],
         H: torch.Tensor,
         U: torch.Tensor,
         X: torch.Tensor,
     ) -> None:
         """Train ``trained`` stages jointly on ``H`` (output of the ``frozen`` ones)."""
-        import torch
+        self._start_group(frozen, trained, H, U)
+        objective = _GroupObjective(self, frozen, trained, H, U, X)
+        widths = "→".join(str(s.d_out) for s in trained)
+        groups = self._parameter_groups(trained)
+        self.run_training(list(trained), groups, objective.batch_loss, f"smec: stage {widths}")
 
-        from demitasse.losses import (
-            neighbour_similarity_loss,
-            pairwise_similarity_loss,
-            topk_similarity_loss,
-        )
+    def _start_group(
+        self,
+        frozen: list[SelectionStage],
+        trained: list[SelectionStage],
+        H: torch.Tensor,
+        U: torch.Tensor,
+    ) -> None:
+        """Initialise each trained stage on the input it sees before training."""
+        import torch
 
         with torch.no_grad():
             h = H
@@ -440,83 +501,9 @@ class SMEC(LearnedCompressor):
                     stage.hidden.bias.copy_(previous.hidden.bias)
                 previous = stage
                 h = stage.eval()(h, U)
-        memory = EmbeddingMemory(int(self.memory_size)) if self.xbm else None
-        k = int(self.topk)
 
-        def chain(h: torch.Tensor, u: torch.Tensor) -> list[torch.Tensor]:
-            outputs = []
-            for stage in trained:
-                h = stage(h, u)
-                outputs.append(h)
-            return outputs
-
-        def from_rotated(u: torch.Tensor) -> list[torch.Tensor]:
-            h = u
-            with torch.no_grad():
-                for stage in frozen:
-                    h = stage(h, u)
-            return chain(h, u)
-
-        def batch_loss(rows: torch.Tensor, training: bool) -> torch.Tensor:
-            rows = rows.to(X.device)  # may be stored in the memory and joined to its rows
-            x = X[rows]
-            use_memory = training and memory is not None and len(memory) >= k
-            if use_memory:
-                assert memory is not None
-                stored_x, *stored = memory.stored()  # rows of unit length, then the payload
-                nearest = (torch.nn.functional.normalize(x, dim=1) @ stored_x.T).topk(k).indices
-            if use_memory and self.refresh_memory:
-                # The backbone is frozen, so a stored embedding never goes stale: neighbours are
-                # compressed again by the current stages, in the same pass (same ADS sample).
-                extra, where = stored[0][nearest].unique(return_inverse=True)
-                everything = torch.cat([rows, extra])
-                outputs = chain(H[everything], U[everything])
-                neighbour_outputs = [out[len(rows) :][where] for out in outputs]
-                outputs = [out[: len(rows)] for out in outputs]
-            else:
-                outputs = chain(H[rows], U[rows])
-                if use_memory:  # as in XBM: compressed when stored, a few steps stale
-                    neighbour_outputs = [payload[nearest] for payload in stored]
-            # Stale neighbours replace the in-batch top-k; refreshed ones are added to it.
-            in_batch_topk = self.refresh_memory or not use_memory
-            terms = []
-            for index, (stage, reduced) in enumerate(zip(trained, outputs, strict=True)):
-                widths = self._prefix_widths(stage.d_out)
-
-                # A full-width slice (or one slice shared by several terms) changes the order in
-                # which gradients are summed, and so the trained weights in their last bits; each
-                # mode keeps the arithmetic its recorded benchmark runs used, so those reproduce
-                # bit for bit.
-                def prefix(w: int, reduced: torch.Tensor = reduced) -> torch.Tensor:
-                    return reduced if not self.nested_stages else reduced[:, :w]
-
-                in_batch = [
-                    self.all_pairs_loss(x, prefix(w)) for w in widths if self.pairwise_weight
-                ]
-                if in_batch_topk:
-                    in_batch += [topk_similarity_loss(x, prefix(w), k) for w in widths]
-                retrieved = [
-                    neighbour_similarity_loss(
-                        x, prefix(w), stored_x[nearest], neighbour_outputs[index][..., :w]
-                    )
-                    for w in (widths if use_memory else [])
-                ]
-                if self.nested_stages:
-                    term = torch.stack(in_batch + retrieved).sum() / len(widths)
-                else:
-                    term = sum(in_batch[1:], in_batch[0]) if in_batch else x.new_zeros(())
-                soft = stage.soft_output  # ADS: a term that trains the importance logits only
-                if soft is not None:
-                    term = term + pairwise_similarity_loss(x, soft[: len(rows)])
-                if not self.nested_stages:
-                    term = sum(retrieved, term)
-                terms.append(term)
-            loss = torch.stack(terms).mean() + self.supervised_loss(from_rotated, training)
-            if training and memory is not None:
-                payload = [rows] if self.refresh_memory else outputs
-                memory.push(torch.nn.functional.normalize(x, dim=1), *payload)
-            return loss
-
+    def _parameter_groups(self, trained: list[SelectionStage]) -> list[dict[str, Any]]:
+        """AdamW for the reductions; plain max-normalised steps for the importance logits."""
         groups: list[dict[str, Any]] = []
         for stage in trained:
             stage.requires_grad_(True)
@@ -530,8 +517,7 @@ class SMEC(LearnedCompressor):
                         "max_normalized": True,
                     }
                 )
-        widths = "→".join(str(s.d_out) for s in trained)
-        self.run_training(trained, groups, batch_loss, f"smec: stage {widths}")
+        return groups
 
     def _prefix_widths(self, width: int) -> list[int]:
         """Widths a stage of output ``width`` is trained at (nested: also its halvings)."""

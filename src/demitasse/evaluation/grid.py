@@ -65,12 +65,7 @@ def evaluate_grid(
     if needs_fit and not fit_texts:
         raise DemitasseError("PCA, random projection and int8/binary need fit data (--fit-data)")
     texts = list(dict.fromkeys(t for task in tasks for t in task.texts()))
-    logger.info("encoding %d evaluation texts, layers %s", len(texts), layers)
-    vectors = encoder.encode_layers(texts, layers, batch_size=batch_size)
-    fit_vectors: dict[int, np.ndarray] = {}
-    if fit_texts:
-        logger.info("encoding %d fit texts", len(fit_texts))
-        fit_vectors = encoder.encode_layers(list(fit_texts), layers, batch_size=batch_size)
+    vectors, fit_vectors = _encode_layers(encoder, texts, fit_texts, layers, batch_size)
     full_dim = encoder.dim
     usable_dims = sorted({d for d in dims if d <= full_dim}, reverse=True)
     records: list[ResultRecord] = []
@@ -101,6 +96,23 @@ def evaluate_grid(
                 )  # fmt: skip
     bar.close()
     return records
+
+
+def _encode_layers(
+    encoder: Encoder,
+    texts: list[str],
+    fit_texts: Sequence[str] | None,
+    layers: list[int],
+    batch_size: int,
+) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
+    """The evaluation texts' and the fit texts' vectors at each layer (none without fit texts)."""
+    logger.info("encoding %d evaluation texts, layers %s", len(texts), layers)
+    vectors = encoder.encode_layers(texts, layers, batch_size=batch_size)
+    fit_vectors: dict[int, np.ndarray] = {}
+    if fit_texts:
+        logger.info("encoding %d fit texts", len(fit_texts))
+        fit_vectors = encoder.encode_layers(list(fit_texts), layers, batch_size=batch_size)
+    return vectors, fit_vectors
 
 
 def _score_precisions(

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -34,6 +34,9 @@ from demitasse.encoders.transformer import TransformerEncoder, layer_stack
 from demitasse.errors import ExportError
 from demitasse.io import atomic_directory, check_directory_target
 from demitasse.loading import load_encoder
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 EXPORT_INFO = "demitasse_export.json"
 INT8_RANGES = "int8_ranges.safetensors"
@@ -74,15 +77,7 @@ def export_sentence_transformer(
     encoder = load_encoder(model, cache=False, device="cpu")
     if not isinstance(encoder, TransformerEncoder):
         raise ExportError(f"{model} is a static model; export it with export_model2vec")
-    layer = encoder.num_layers if layer is None else int(layer)
-    if not 1 <= layer <= encoder.num_layers:
-        raise ExportError(f"--layer must be in 1..{encoder.num_layers} for {encoder.name}")
-    width = _check_compressor(compressor, encoder.dim)
-    dim = width if dim is None else int(dim)
-    if not 1 <= dim <= width:
-        raise ExportError(f"--dim must be in 1..{width} for {encoder.name}")
-    if compressor is not None and not compressor.matryoshka and dim != width:
-        raise ExportError(f"a {compressor.method} compressor only produces dim {width}, not {dim}")
+    layer, dim = _check_layer_and_dim(encoder, layer, dim, compressor)
     _check_quantizer(quantizer, dim)
 
     modules = _encoder_modules(encoder, layer)
@@ -104,17 +99,40 @@ def export_sentence_transformer(
         "trust_remote_code": custom,
         "quantization": None,
     }
+    _save_export(st, out, info, quantizer)
+    return Path(out)
+
+
+def _check_layer_and_dim(
+    encoder: TransformerEncoder, layer: int | None, dim: int | None, compressor: Compressor | None
+) -> tuple[int, int]:
+    """The layer to cut at and the output width, defaults filled in; what cannot be, refused."""
+    layer = encoder.num_layers if layer is None else int(layer)
+    if not 1 <= layer <= encoder.num_layers:
+        raise ExportError(f"--layer must be in 1..{encoder.num_layers} for {encoder.name}")
+    width = _check_compressor(compressor, encoder.dim)
+    dim = width if dim is None else int(dim)
+    if not 1 <= dim <= width:
+        raise ExportError(f"--dim must be in 1..{width} for {encoder.name}")
+    if compressor is not None and not compressor.matryoshka and dim != width:
+        raise ExportError(f"a {compressor.method} compressor only produces dim {width}, not {dim}")
+    return layer, dim
+
+
+def _save_export(
+    st: SentenceTransformer, out: str | Path, info: dict[str, Any], quantizer: Quantizer | None
+) -> None:
+    """The model, its Matryoshka widths, quantisation, export info and README: all or nothing."""
     with atomic_directory(out, kind=EXPORT_KIND, recognise=_earlier_export) as tmp:
         st.save(str(tmp), create_model_card=False)
         # sentence-transformers ignores keys it does not know and drops them on a re-save.
         config_path = tmp / "config_sentence_transformers.json"
         config = json.loads(config_path.read_text(encoding="utf-8"))
-        config["matryoshka_dims"] = dims
+        config["matryoshka_dims"] = info["matryoshka_dims"]
         config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-        info["quantization"] = _write_quantization(quantizer, dim, tmp)
+        info["quantization"] = _write_quantization(quantizer, info["dim"], tmp)
         (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
         (tmp / "README.md").write_text(_readme(info), encoding="utf-8")
-    return Path(out)
 
 
 def _check_compressor(compressor: Compressor | None, width: int) -> int:

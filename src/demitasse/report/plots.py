@@ -168,7 +168,7 @@ def plot_quality_vs_bytes(
 def vector_sizes(records: Sequence[ResultRecord], best: Headline) -> dict[ConfigKey, float]:
     """Bytes per stored vector of each configuration of ``best`` whose records give it."""
     size = {config_key(r): r.bytes_per_vector for r in records if r.task == best.task}
-    return {key: float(b) for key in best.scores if (b := size.get(key))}
+    return {key: float(nbytes) for key in best.scores if (nbytes := size.get(key))}
 
 
 @_plain_text
@@ -369,28 +369,7 @@ def _line_panels(
     )
     flat = [ax for row in axes for ax in row]
     for ax, (model, layer) in zip(flat, panels, strict=False):
-        lines = dict.fromkeys((k[2], k[4]) for k in xs if k[:2] == (model, layer))
-        for method, precision in lines:
-            points = sorted(
-                (xs[k], best.scores[k])
-                for k in xs
-                if k[:2] == (model, layer) and (k[2], k[4]) == (method, precision)
-            )
-            x, y = zip(*points, strict=True)
-            # A lone point (the uncompressed vectors) would hide under the lines: a star on top.
-            lone = len(points) == 1
-            ax.plot(
-                x,
-                y,
-                LINE_STYLES.get(precision, "-."),
-                color=colours.get(method, "black"),
-                marker="*" if lone else "o",
-                markersize=9 if lone else 3,
-                markeredgecolor="white" if lone else None,
-                markeredgewidth=0.6,
-                linewidth=1.4,
-                zorder=3 if lone else 2,
-            )
+        _draw_lines(ax, best, {k: x for k, x in xs.items() if k[:2] == (model, layer)}, colours)
         _log2_axis(ax)
         ax.set_xlabel(xlabel)
         ax.grid(True, alpha=0.3, which="both")
@@ -400,15 +379,48 @@ def _line_panels(
         ax.set_visible(False)
     for row in axes:
         row[0].set_ylabel(quality_label(best))
+    fig.legend(
+        handles=_line_legend(xs, colours),
+        loc="outside right center",
+        fontsize=8,
+        title="method / precision",
+    )
+    fig.suptitle(_title(title, f"{_task_label(best.task)} against {xlabel}"))
+    return save_figure(fig, path)
+
+
+def _draw_lines(
+    ax: plt.Axes, best: Headline, xs: Mapping[ConfigKey, float], colours: Colours
+) -> None:
+    """One panel: a line per method and precision through its configurations' scores."""
+    for method, precision in dict.fromkeys((k[2], k[4]) for k in xs):
+        points = sorted((xs[k], best.scores[k]) for k in xs if (k[2], k[4]) == (method, precision))
+        x, y = zip(*points, strict=True)
+        # A lone point (the uncompressed vectors) would hide under the lines: a star on top.
+        lone = len(points) == 1
+        ax.plot(
+            x,
+            y,
+            LINE_STYLES.get(precision, "-."),
+            color=colours.get(method, "black"),
+            marker="*" if lone else "o",
+            markersize=9 if lone else 3,
+            markeredgecolor="white" if lone else None,
+            markeredgewidth=0.6,
+            linewidth=1.4,
+            zorder=3 if lone else 2,
+        )
+
+
+def _line_legend(xs: Mapping[ConfigKey, float], colours: Colours) -> list[Line2D]:
+    """A colour per method, then a line style per precision."""
     methods = list(dict.fromkeys(k[2] for k in xs))
     handles = [Line2D([], [], color=_colour(colours, m), lw=2, label=m) for m in methods]
     handles += [
         Line2D([], [], color="0.35", ls=LINE_STYLES.get(p, "-."), lw=1.4, label=p)
         for p in _precisions(k[4] for k in xs)
     ]
-    fig.legend(handles=handles, loc="outside right center", fontsize=8, title="method / precision")
-    fig.suptitle(_title(title, f"{_task_label(best.task)} against {xlabel}"))
-    return save_figure(fig, path)
+    return handles
 
 
 def _pareto_plot(
@@ -426,8 +438,27 @@ def _pareto_plot(
     _one_model((p.key for p in points), "a speed plot")
     best = headline(records, task)
     colours = colours or method_colours(p.key[2] for p in points)
-    several_layers = len({p.key[1] for p in points}) > 1
     fig, ax = plt.subplots(figsize=(8.4, 5.0), layout="constrained")
+    _scatter_points(ax, points, colours)
+    _draw_front(ax, points)
+    _log_speed_axis(ax, [p.speed for p in points])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(quality_label(best))
+    ax.grid(True, alpha=0.3)
+    if subject == ENCODING:
+        _mark_layers(ax, points)
+    fig.legend(
+        handles=_pareto_legend(points, colours),
+        loc="outside right center",
+        fontsize=8,
+        title="method / precision",
+    )
+    fig.suptitle(_title(title, f"{_task_label(task)} against {subject}"))
+    return save_figure(fig, path)
+
+
+def _scatter_points(ax: plt.Axes, points: Sequence[Point], colours: Colours) -> None:
+    """A colour per method and a marker per precision."""
     for method, precision in dict.fromkeys((p.key[2], p.key[4]) for p in points):
         group = [p for p in points if (p.key[2], p.key[4]) == (method, precision)]
         ax.scatter(
@@ -439,6 +470,11 @@ def _pareto_plot(
             alpha=0.75,
             linewidths=0,
         )
+
+
+def _draw_front(ax: plt.Axes, points: Sequence[Point]) -> None:
+    """The Pareto front as a step line through ringed points, labelled when it is short."""
+    several_layers = len({p.key[1] for p in points}) > 1
     # Ascending speed with "pre" steps: past a point's speed only slower-but-better ones drop out.
     front = pareto_front(points)[::-1]
     ax.step(
@@ -467,12 +503,10 @@ def _pareto_plot(
                 xytext=(5, 4),
                 fontsize=7,
             )
-    _log_speed_axis(ax, [p.speed for p in points])
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(quality_label(best))
-    ax.grid(True, alpha=0.3)
-    if subject == ENCODING:
-        _mark_layers(ax, points)
+
+
+def _pareto_legend(points: Sequence[Point], colours: Colours) -> list[Line2D]:
+    """A colour per method, a marker per precision, and the front's ring."""
     methods = list(dict.fromkeys(p.key[2] for p in points))
     handles = [
         Line2D([], [], color=_colour(colours, m), marker="o", ls="", label=m) for m in methods
@@ -484,9 +518,7 @@ def _pareto_plot(
     handles.append(
         Line2D([], [], color="black", marker="o", mfc="none", ms=8, label="Pareto front")
     )
-    fig.legend(handles=handles, loc="outside right center", fontsize=8, title="method / precision")
-    fig.suptitle(_title(title, f"{_task_label(task)} against {subject}"))
-    return save_figure(fig, path)
+    return handles
 
 
 def describe(key: ConfigKey, *, with_layer: bool = False) -> str:

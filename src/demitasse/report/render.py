@@ -34,6 +34,7 @@ from demitasse.report.plots import (
 )
 from demitasse.report.tables import (
     EFFICIENCY,
+    Headline,
     Table,
     config_key,
     efficiency_tables,
@@ -172,14 +173,30 @@ def _task_figures(
     if not best.scores:
         return []
     blocks: list[Block] = [Heading(3, model_heading)] if model_heading else []
-    what = quality_label(best)
+    blocks += _quality_figures(records, best, figures_dir, stem, colours, model_heading)
+    blocks += _speed_figures(records, best, figures_dir, stem, colours, model_heading)
+    return blocks
+
+
+def _quality_figures(
+    records: Sequence[ResultRecord],
+    best: Headline,
+    figures_dir: Path,
+    stem: str,
+    colours: Colours,
+    title: str,
+) -> list[Block]:
+    """Quality against dimensions, against bytes per vector, and by layer where there are
+    several."""
+    task, what = best.task, quality_label(best)
+    blocks: list[Block] = []
     blocks.append(
         FigureBlock(
             plot_quality_vs_dim(
                 records,
                 figures_dir / f"{stem}-vs-dim.png",
                 task,
-                title=model_heading,
+                title=title,
                 colours=colours,
             ),
             f"{what} against dimensions, a panel per layer.",
@@ -190,15 +207,30 @@ def _task_figures(
             records,
             figures_dir / f"{stem}-vs-bytes.png",
             task,
-            title=model_heading,
+            title=title,
             colours=colours,
         )
         blocks.append(FigureBlock(path, f"{what} against bytes per stored vector."))
     if len({k[1] for k in best.scores if k[1] is not None}) > 1:
         path = plot_layer_heatmap(
-            records, figures_dir / f"{stem}-layer-heatmap.png", task, title=model_heading
+            records, figures_dir / f"{stem}-layer-heatmap.png", task, title=title
         )
         blocks.append(FigureBlock(path, f"{what} by layer and dimension."))
+    return blocks
+
+
+def _speed_figures(
+    records: Sequence[ResultRecord],
+    best: Headline,
+    figures_dir: Path,
+    stem: str,
+    colours: Colours,
+    title: str,
+) -> list[Block]:
+    """Quality against each search benchmark's speed and against encoding speed, where the
+    records measure them, each with its Pareto front's table."""
+    task, what = best.task, quality_label(best)
+    blocks: list[Block] = []
     for dataset, speeds in search_speeds(records).items():
         points = speed_points(records, task, speeds)
         if points:
@@ -207,7 +239,7 @@ def _task_figures(
                 figures_dir / f"{stem}-vs-{_slug(dataset)}-speed.png",
                 task,
                 dataset=dataset,
-                title=model_heading,
+                title=title,
                 colours=colours,
             )
             caption = f"{what} against {dataset} queries per second; the Pareto front is ringed."
@@ -218,7 +250,7 @@ def _task_figures(
             records,
             figures_dir / f"{stem}-vs-encode-speed.png",
             task,
-            title=model_heading,
+            title=title,
             colours=colours,
         )
         caption = f"{what} against the encoding speed of each layer cut; Pareto front ringed."

@@ -63,7 +63,7 @@ class WordVectorExtractor:
         chunk_size: int = 20_000,
         harvest_limit: int | None = None,
         checkpoint_dir: str | Path | None = None,
-        show_progress: bool = False,
+        progress: bool = False,
     ) -> None:
         self.max_occurrences = max_occurrences
         self.min_count = min_count
@@ -72,7 +72,7 @@ class WordVectorExtractor:
         self.chunk_size = chunk_size
         self.harvest_limit = harvest_limit
         self.checkpoint_dir = checkpoint_dir
-        self.show_progress = show_progress
+        self.progress = progress
 
     def fit(self, teacher: TransformerEncoder, texts: Sequence[str]) -> WordVectorExtractor:
         """Extract vectors for the vocabulary of ``texts``; sets ``vocabulary_``, ``vectors_``,
@@ -126,7 +126,7 @@ class WordVectorExtractor:
             saved = json.loads(path.read_text(encoding="utf-8"))
             if saved.get("corpus") == fingerprint:
                 return Counter(saved["counts"])
-        counts = count_words(base, texts, show_progress=self.show_progress)
+        counts = count_words(base, texts, progress=self.progress)
         if path is not None:
             atomic_write_json(path, {"corpus": fingerprint, "counts": dict(counts)})
         return counts
@@ -162,7 +162,7 @@ class WordVectorExtractor:
             total=end,
             initial=min(harvested, end),
             desc=f"extracting from {teacher.name}",
-            disable=not self.show_progress,
+            disable=not self.progress,
             smoothing=0.05,
         )
         for start in range(harvested, end, self.chunk_size):

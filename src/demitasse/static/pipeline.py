@@ -69,7 +69,7 @@ def extract_stage(
     recipe: StaticRecipe,
     work_dir: Path,
     *,
-    show_progress: bool = False,
+    progress: bool = False,
 ) -> tuple[StaticModel, np.ndarray, float]:
     """Extracted model and which corpus rows the teacher encoded; reused from ``work_dir``."""
     saved, encoded_file = work_dir / "extracted", work_dir / "encoded.npy"
@@ -89,7 +89,7 @@ def extract_stage(
         min_count=recipe.min_count,
         harvest_limit=recipe.harvest_limit,
         checkpoint_dir=work_dir / "checkpoints",
-        show_progress=show_progress,
+        progress=progress,
     ).fit(teacher, corpus)
     seconds = sum(extractor.timings_.values())  # with the harvesting of interrupted runs
     model = extractor.to_model(f"static-{teacher.name}")
@@ -107,7 +107,7 @@ def distill_static(
     work_dir: str | Path | None = None,
     recipe: StaticRecipe | None = None,
     *,
-    show_progress: bool = False,
+    progress: bool = False,
 ) -> StaticStages:
     """Run extraction → sentence-level PCA with ABTT → similarity distillation.
 
@@ -117,41 +117,18 @@ def distill_static(
     if recipe.dim < 1:
         raise DemitasseError(f"dim must be a positive integer, got {recipe.dim}")
     corpus = shuffled_corpus(corpus_path, recipe.max_sentences, recipe.seed)
-    if not isinstance(teacher, TransformerEncoder):
-        if is_static_model_dir(Path(teacher).expanduser()):
-            raise DemitasseError(f"the teacher must be a transformer sentence encoder: {teacher}")
-        teacher = load_transformer(teacher)
+    teacher = _transformer_teacher(teacher)
     if recipe.dim > teacher.dim:
         raise DemitasseError(f"dim must be in 1..{teacher.dim} for {teacher.name}")
     if work_dir is None:
         work_dir = cache_root() / "static" / f"{teacher.name}-{len(corpus)}"
-    work_dir = Path(work_dir)
     extracted, encoded, extract_s = extract_stage(
-        teacher, corpus, recipe, work_dir, show_progress=show_progress
+        teacher, corpus, recipe, Path(work_dir), progress=progress
     )
-    seconds = {"extract": extract_s}
     encoded_texts = [corpus[i] for i in np.flatnonzero(encoded)]
-
-    started = time.perf_counter()
-    pca = StaticPCA(dim=recipe.dim, abtt=recipe.abtt).fit(
-        extracted, encoded_texts[: recipe.pca_sentences]
-    )
-    reduced = pca.transform(extracted)
-    seconds["pca"] = time.perf_counter() - started
-
-    started = time.perf_counter()
-    # The extraction left these sentences' embeddings in the teacher's cache: no re-encoding.
-    targets = teacher.encode(encoded_texts, batch_size=64)
-    distiller = SimilarityDistiller(
-        learning_rate=recipe.learning_rate,
-        batch_size=recipe.batch_size,
-        max_steps=recipe.max_steps,
-        eval_every=recipe.eval_every,
-        patience=recipe.patience,
-        seed=recipe.seed,
-        show_progress=show_progress,
-    ).fit(reduced, encoded_texts, targets)
-    seconds["distill"] = time.perf_counter() - started
+    pca, reduced, pca_s = _reduce_stage(extracted, encoded_texts, recipe)
+    distiller, distill_s = _distill_stage(teacher, reduced, encoded_texts, recipe, progress)
+    seconds = {"extract": extract_s, "pca": pca_s, "distill": distill_s}
     distilled = distiller.model_
     distilled.metadata["seconds"] = seconds
     return StaticStages(
@@ -164,6 +141,49 @@ def distill_static(
         pca=pca,
         distiller=distiller,
     )
+
+
+def _transformer_teacher(teacher: TransformerEncoder | str | Path) -> TransformerEncoder:
+    if isinstance(teacher, TransformerEncoder):
+        return teacher
+    if is_static_model_dir(Path(teacher).expanduser()):
+        raise DemitasseError(f"the teacher must be a transformer sentence encoder: {teacher}")
+    return load_transformer(teacher)
+
+
+def _reduce_stage(
+    extracted: StaticModel, encoded_texts: list[str], recipe: StaticRecipe
+) -> tuple[StaticPCA, StaticModel, float]:
+    """Sentence-level PCA with ABTT, its reduced model and its wall time."""
+    started = time.perf_counter()
+    pca = StaticPCA(dim=recipe.dim, abtt=recipe.abtt).fit(
+        extracted, encoded_texts[: recipe.pca_sentences]
+    )
+    reduced = pca.transform(extracted)
+    return pca, reduced, time.perf_counter() - started
+
+
+def _distill_stage(
+    teacher: TransformerEncoder,
+    reduced: StaticModel,
+    encoded_texts: list[str],
+    recipe: StaticRecipe,
+    progress: bool,
+) -> tuple[SimilarityDistiller, float]:
+    """The fitted distiller (its ``model_`` is the distilled model) and its wall time."""
+    started = time.perf_counter()
+    # The extraction left these sentences' embeddings in the teacher's cache: no re-encoding.
+    targets = teacher.encode(encoded_texts, batch_size=64)
+    distiller = SimilarityDistiller(
+        learning_rate=recipe.learning_rate,
+        batch_size=recipe.batch_size,
+        max_steps=recipe.max_steps,
+        eval_every=recipe.eval_every,
+        patience=recipe.patience,
+        seed=recipe.seed,
+        progress=progress,
+    ).fit(reduced, encoded_texts, targets)
+    return distiller, time.perf_counter() - started
 
 
 def write_stage_summary(stages: StaticStages, path: Path) -> None:

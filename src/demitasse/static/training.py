@@ -1,6 +1,6 @@
-"""The loop that fine-tunes static word vectors: SparseAdam on an ``EmbeddingBag``, early
-stopping on a validation loss, the best vectors kept. Distillation and cross-lingual alignment
-differ only in the batch loss."""
+"""Fine-tuning static word vectors on the shared training loop (:mod:`demitasse.loop`):
+SparseAdam on an ``EmbeddingBag``, early stopping on a validation loss, the best vectors kept.
+Distillation and cross-lingual alignment differ only in the batch loss."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
+from demitasse.loop import LoopSettings, run_loop
 from demitasse.static.model import StaticModel
 
 #: The loss of a batch: (the word vectors as a mean-pooling bag, split name, row indices).
@@ -60,7 +60,7 @@ class WordVectorTrainer:
         eval_every: int = 250,
         patience: int = 4,
         seed: int = 0,
-        show_progress: bool = False,
+        progress: bool = False,
     ) -> None:
         self.temperature = temperature
         self.learning_rate = learning_rate
@@ -69,7 +69,7 @@ class WordVectorTrainer:
         self.eval_every = eval_every
         self.patience = patience
         self.seed = seed
-        self.show_progress = show_progress
+        self.progress = progress
 
     def _keep(
         self, trained: VectorTraining, start: StaticModel, metadata: dict[str, object]
@@ -87,6 +87,67 @@ class WordVectorTrainer:
         )
 
 
+class _WordVectorTask:
+    """The shared loop's task: SparseAdam on an ``EmbeddingBag`` of the word vectors, batches of
+    shuffled training rows, the best vectors kept as a copy in memory."""
+
+    def __init__(
+        self,
+        vectors: np.ndarray,
+        batch_loss: BatchLoss,
+        train_rows: np.ndarray,
+        valid_rows: np.ndarray,
+        settings: WordVectorTrainer,
+    ) -> None:
+        self.batch_loss, self.train_rows, self.valid_rows = batch_loss, train_rows, valid_rows
+        self.size = settings.batch_size
+        self.bag = torch.nn.EmbeddingBag.from_pretrained(
+            torch.from_numpy(np.array(vectors, dtype=np.float32)),
+            freeze=False,
+            mode="mean",
+            sparse=True,
+        )
+        # Sparse rows: each step moves only the words of its batch (lazy Adam).
+        self.optimiser = torch.optim.SparseAdam(self.bag.parameters(), lr=settings.learning_rate)
+        self.rng = np.random.default_rng(settings.seed)
+        self.orders: list[np.ndarray] = []
+        self.best = self.bag.weight.detach().clone()
+
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """The full batches of one permutation of the training rows (all of them in one batch
+        when there are fewer than a batch); epoch ``e`` takes the ``e``-th permutation that the
+        seeded generator draws, whenever it is asked for."""
+        while len(self.orders) <= epoch:
+            self.orders.append(self.rng.permutation(self.train_rows))
+        order = self.orders[epoch]
+        starts = range(0, max(1, len(order) - self.size + 1), self.size)
+        return [order[start : start + self.size] for start in starts]
+
+    def train_step(self, rows: np.ndarray) -> float:
+        self.optimiser.zero_grad()
+        loss = self.batch_loss(self.bag, "train", rows)
+        loss.backward()
+        self.optimiser.step()
+        return loss.item()
+
+    def validate(self) -> float:
+        """The mean loss over the full batches of the validation rows."""
+        rows, size = self.valid_rows, self.size
+        with torch.no_grad():
+            losses = [
+                self.batch_loss(self.bag, "validation", rows[start : start + size]).item()
+                for start in range(0, len(rows) - size + 1, size)
+            ]
+        return float(np.mean(losses))
+
+    def keep_best(self) -> None:
+        self.best = self.bag.weight.detach().clone()
+
+    def restore_best(self) -> None:
+        with torch.no_grad():
+            self.bag.weight.copy_(self.best)
+
+
 def train_word_vectors(
     vectors: np.ndarray,
     batch_loss: BatchLoss,
@@ -95,61 +156,27 @@ def train_word_vectors(
     settings: WordVectorTrainer,
     description: str = "training word vectors",
 ) -> VectorTraining:
-    """Minimise ``batch_loss`` over shuffled batches of ``train_rows``; every ``eval_every``
-    steps measure it on ``valid_rows`` and stop after ``patience`` evaluations without
-    improvement."""
-    size = settings.batch_size
-    rng = np.random.default_rng(settings.seed)
-    bag = torch.nn.EmbeddingBag.from_pretrained(
-        torch.from_numpy(np.array(vectors, dtype=np.float32)),
-        freeze=False,
-        mode="mean",
-        sparse=True,
+    """Minimise ``batch_loss`` over shuffled batches of ``train_rows`` on the shared loop
+    (:func:`demitasse.loop.run_loop`): the untrained vectors are validated first, then every
+    ``eval_every`` steps the loss on ``valid_rows`` is measured, and training stops after
+    ``patience`` validations in a row without improvement; the best vectors are returned."""
+    task = _WordVectorTask(vectors, batch_loss, train_rows, valid_rows, settings)
+    loop = LoopSettings(
+        max_steps=settings.max_steps,
+        eval_every=settings.eval_every,
+        eval_each_epoch=False,
+        patience=settings.patience,
+        validate_at_start=True,
+        progress=settings.progress,
     )
-    # Sparse rows: each step moves only the words of its batch (lazy Adam).
-    optimiser = torch.optim.SparseAdam(bag.parameters(), lr=settings.learning_rate)
-
-    def validation_loss() -> float:
-        starts = range(0, len(valid_rows) - size + 1, size)
-        with torch.no_grad():
-            return float(
-                np.mean(
-                    [batch_loss(bag, "validation", valid_rows[s : s + size]).item() for s in starts]
-                )
-            )
-
-    best_loss, best_step, waited = validation_loss(), 0, 0
-    best = bag.weight.detach().clone()
-    history = [{"step": 0, "train_loss": math.nan, "validation_loss": best_loss}]
-    order, cursor, running = rng.permutation(train_rows), 0, []
-    steps = tqdm(
-        range(1, settings.max_steps + 1),
-        desc=description,
-        disable=not settings.show_progress,
-    )
-    for step in steps:
-        if cursor + size > len(order):
-            order, cursor = rng.permutation(train_rows), 0
-        optimiser.zero_grad()
-        loss = batch_loss(bag, "train", order[cursor : cursor + size])
-        loss.backward()
-        optimiser.step()
-        cursor += size
-        running.append(loss.item())
-        if step % settings.eval_every and step != settings.max_steps:
-            continue
-        current = validation_loss()
-        history.append(
-            {"step": step, "train_loss": float(np.mean(running)), "validation_loss": current}
-        )
-        steps.set_postfix(validation=f"{current:.4f}", best=f"{best_loss:.4f}")
-        running = []
-        if current < best_loss:
-            best_loss, best_step, waited = current, step, 0
-            best = bag.weight.detach().clone()
-        else:
-            waited += 1
-            if waited >= settings.patience:
-                break
-    steps.close()
-    return VectorTraining(best.numpy(), best_step, best_loss, history)
+    state = run_loop(task, loop, description=description)
+    assert state.best is not None and state.best_step is not None  # validated at the start
+    history = [
+        {
+            "step": entry["step"],
+            "train_loss": entry.get("train_loss", math.nan),
+            "validation_loss": entry["validation"],
+        }
+        for entry in state.history
+    ]
+    return VectorTraining(task.best.numpy(), state.best_step, state.best, history)

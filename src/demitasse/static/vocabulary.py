@@ -61,14 +61,14 @@ def word_spans(encoding: Encoding, prefix: str, unk_id: int) -> Iterator[tuple[s
 
 
 def count_words(
-    tokenizer: Tokenizer, texts: Sequence[str], *, show_progress: bool = False
+    tokenizer: Tokenizer, texts: Sequence[str], *, progress: bool = False
 ) -> Counter[str]:
     """How often each word occurs in ``texts``."""
     prefix = wordpiece_prefix(tokenizer)
     unk_id = unknown_id(tokenizer)
     counts: Counter[str] = Counter()
     starts = range(0, len(texts), COUNT_BATCH)
-    for start in tqdm(starts, desc="counting words", disable=not show_progress):
+    for start in tqdm(starts, desc="counting words", disable=not progress):
         batch = list(texts[start : start + COUNT_BATCH])
         for encoding in tokenizer.encode_batch(batch, add_special_tokens=False):
             counts.update(word for word, _ in word_spans(encoding, prefix, unk_id))
