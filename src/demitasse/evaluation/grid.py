@@ -190,29 +190,8 @@ def evaluate_model(
         reduced = model.compress(vectors, dim)
         for precision in precisions:
             quantizer = model.quantizer_for(precision)
-            embedded = EmbeddedTexts(
-                texts,
-                quantizer.quantize(reduced),
-                quantizer,
-                dim,
-                vectors=reduced,
-                rescore_quantizer=model.quantizer if model.precision == "int8" else None,
-                encoder_vectors=vectors if model.rescores else None,
-                encoder_rescore_quantizer=model.rescore_quantizer,
-                rescoring=model.rescoring,
-            )
-            described = dict(extra or {})
-            if model.rescoring is not None:
-                described = {
-                    **rescoring_extra(
-                        rescore=model.rescoring.multiplier,
-                        rescore_precision=model.rescoring.precision,
-                        rescore_source=model.rescoring.source,
-                        index_bytes_per_vector=quantizer.bytes_per_vector(dim),
-                        rescore_bytes_per_vector=model.rescore_bytes_per_vector(),
-                    ),
-                    **described,
-                }
+            embedded = _model_embedded(model, texts, vectors, reduced, dim, precision)
+            described = _model_extra(model, quantizer.bytes_per_vector(dim), extra)
             common: dict[str, Any] = {
                 "model": encoder.name,
                 "layer": model.layer or encoder.num_layers,
@@ -226,6 +205,45 @@ def evaluate_model(
                 records.append(record)
                 logger.info(_summary_line(record))
     return records
+
+
+def _model_embedded(
+    model: CompressedModel,
+    texts: list[str],
+    vectors: np.ndarray,
+    reduced: np.ndarray,
+    dim: int,
+    precision: str,
+) -> EmbeddedTexts:
+    """``texts`` as ``model`` stores them at ``dim`` and ``precision``, with its rescoring."""
+    quantizer = model.quantizer_for(precision)
+    return EmbeddedTexts(
+        texts,
+        quantizer.quantize(reduced),
+        quantizer,
+        dim,
+        vectors=reduced,
+        rescore_quantizer=model.quantizer if model.precision == "int8" else None,
+        encoder_vectors=vectors if model.rescores else None,
+        encoder_rescore_quantizer=model.rescore_quantizer,
+        rescoring=model.rescoring,
+    )
+
+
+def _model_extra(
+    model: CompressedModel, index_bytes: int, extra: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """``extra`` for every record of ``model``; one that rescores says how, on every task."""
+    if model.rescoring is None:
+        return dict(extra or {})
+    described = rescoring_extra(
+        rescore=model.rescoring.multiplier,
+        rescore_precision=model.rescoring.precision,
+        rescore_source=model.rescoring.source,
+        index_bytes_per_vector=index_bytes,
+        rescore_bytes_per_vector=model.rescore_bytes_per_vector(),
+    )
+    return {**described, **(extra or {})}
 
 
 def score_embedded(
