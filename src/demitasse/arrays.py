@@ -137,3 +137,11 @@ def cosine_rows(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     dots = np.einsum("ij,ij->i", a, b)
     norms = np.sqrt(np.einsum("ij,ij->i", a, a) * np.einsum("ij,ij->i", b, b))
     return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+
+
+def unit_rows(X: np.ndarray) -> np.ndarray:
+    """A float32 copy of ``X`` with every row scaled to length 1 (zero rows stay zero): the
+    vectors as cosine search compares them."""
+    vectors = np.array(X, dtype=np.float32, copy=True)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)

@@ -11,6 +11,13 @@ A :class:`CompressedModel` goes unchanged from fit to evaluation to export. It h
 ``encode(texts, dim=..., precision=...)`` (or ``transform(vectors, ...)`` for given vectors)
 picks the width and the precision at call time, within what the model was fitted for, as
 ``SentenceTransformer(name, truncate_dim=64).encode(texts, precision="int8")`` does.
+With ``rescore_factor=F`` the model also searches the way vector databases do: its codes
+find the top ``k·F`` documents, which are then rescored with the query's full encoder output
+against the documents' full encoder output, kept as int8 codes (``rescore_precision="int8"``,
+ranges fitted at fit time) or float32. ``search_index(corpus)`` builds that index
+(:class:`~demitasse.search.QuantizedIndex`) and ``search(index, queries)`` queries it, so
+evaluation, serving and the vector-store adapters all search alike.
+
 ``save(dir)`` writes one directory (JSON + safetensors, atomically) recording how and on what
 the model was fitted; ``CompressedModel.load(dir)`` reads it back, and refuses an encoder whose
 files changed since the fit, since its vectors would no longer be the ones the compressor saw.
@@ -28,7 +35,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from demitasse.arrays import check_finite
+from demitasse.arrays import check_finite, unit_rows
 from demitasse.compress import (
     Compressor,
     Quantizer,
@@ -42,11 +49,14 @@ from demitasse.encoders.base import Encoder
 from demitasse.errors import CompressorError, DataError, DemitasseError
 from demitasse.io import MARKER, atomic_directory, check_directory_target
 from demitasse.persistence import CONFIG_FILE, demitasse_version, read_config
+from demitasse.search import RESCORE_PRECISIONS, QuantizedIndex, Rescoring
 
 MODEL_KIND = "demitasse-model"
-FORMAT_VERSION = 1
+#: 2 added rescoring; a model without it is still written as 1, so older demitasse reads it.
+FORMAT_VERSION = 2
 COMPRESSOR_DIR = "compressor"
 QUANTIZER_DIR = "quantizer"
+RESCORE_DIR = "rescore"
 PRECISIONS = ("float32", "int8", "binary")
 #: Precisions that need no calibration, so every model offers them.
 CALIBRATION_FREE = ("float32", "binary")
@@ -74,6 +84,10 @@ class CompressedModel:
             ``{"calibration": "percentile"}`` for int8.
         batch_size: texts per encoder call.
         cache: let a transformer encoder read and write demitasse's embedding cache.
+        rescore_factor: search the top ``k·F`` documents by their codes, then rescore them
+            with the encoder's full output (``None``: the codes' ranking is final).
+        rescore_precision: how the documents' full encoder output is kept for rescoring:
+            ``"int8"`` (ranges fitted at fit time; the default with a factor) or ``"float32"``.
     """
 
     def __init__(
@@ -89,7 +103,12 @@ class CompressedModel:
         cache: bool = True,
         compressor_params: dict[str, Any] | None = None,
         quantizer_params: dict[str, Any] | None = None,
+        rescore_factor: float | None = None,
+        rescore_precision: str | None = None,
     ) -> None:
+        self.rescore_factor, self.rescore_precision = _rescoring_settings(
+            rescore_factor, rescore_precision
+        )
         if precision not in PRECISIONS:
             raise CompressorError(f"unknown precision {precision!r}; known: {PRECISIONS}")
         if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int)):
@@ -116,6 +135,8 @@ class CompressedModel:
         self.batch_size = batch_size
         self.cache = cache
         self.quantizer: Quantizer | None = None
+        #: int8 ranges of the encoder's (normalised) full output, for the rescoring store.
+        self.rescore_quantizer: Quantizer | None = None
         self.fit_info: dict[str, Any] | None = None
         self._encoder: Encoder | None = None
         self._encoder_ref: dict[str, Any] | None = None
@@ -220,6 +241,9 @@ class CompressedModel:
             parts.append(f"compressor={self.compressor!r}")
         if self.precision != "float32":
             parts.append(f"precision={self.precision!r}")
+        if self.rescore_factor is not None:
+            parts.append(f"rescore_factor={self.rescore_factor:g}")
+            parts.append(f"rescore_precision={self.rescore_precision!r}")
         return f"CompressedModel({', '.join(parts)})"
 
     # ---- fit ---------------------------------------------------------------------------------
@@ -258,6 +282,9 @@ class CompressedModel:
         if self.precision != "float32":
             self.quantizer = make_quantizer(self.precision, **self.quantizer_params)
             self.quantizer.fit(self._compress(X, None))
+        self.rescore_quantizer = None
+        if self.rescore_precision == "int8":
+            self.rescore_quantizer = make_quantizer("int8").fit(unit_rows(X))
         self.fit_info = {
             "source": source,
             "fit_data": fit_data,
@@ -396,6 +423,108 @@ class CompressedModel:
         if not self.is_fitted:
             raise CompressorError("this model is not fitted; call fit(texts) or fit(vectors=X)")
 
+    # ---- search with rescoring ---------------------------------------------------------------
+
+    @property
+    def rescores(self) -> bool:
+        """Whether the model's search rescores its first-stage candidates."""
+        return self.rescore_factor is not None
+
+    @property
+    def rescoring(self) -> Rescoring | None:
+        """How the model's search rescores (None: it does not), as the evaluation names it."""
+        if self.rescore_factor is None or self.rescore_precision is None:
+            return None
+        return Rescoring(self.rescore_factor, self.rescore_precision, source="encoder")
+
+    def encode_for_rescoring(self, texts: Sequence[str]) -> np.ndarray:
+        """The documents' rescoring store: the encoder's full output, L2-normalised (the
+        search compares by cosine), as int8 codes or float32 vectors [n, input_dim]."""
+        self._check_rescoring()
+        return self.transform_for_rescoring(self.embed(texts))
+
+    def transform_for_rescoring(self, vectors: Any) -> np.ndarray:
+        """:meth:`encode_for_rescoring` for vectors of the encoder's width (or from an API)."""
+        self._check_rescoring()
+        unit = unit_rows(self._check_vectors(vectors))
+        if self.rescore_quantizer is None:
+            return unit
+        return self.rescore_quantizer.quantize(unit)
+
+    def rescore_bytes_per_vector(self) -> int:
+        """Bytes per document kept for rescoring, besides the index's codes (0 without)."""
+        if not self.rescores:
+            return 0
+        return self.input_dim * (1 if self.rescore_precision == "int8" else 4)
+
+    def search_index(
+        self, corpus: Sequence[str] | np.ndarray, *, dim: int | None = None,
+        precision: str | None = None,
+    ) -> QuantizedIndex:  # fmt: skip
+        """The documents indexed as this model searches them: its codes at ``dim`` and
+        ``precision`` (default: its full width and fitted precision) held in memory, plus
+        the rescoring store when the model rescores. ``corpus`` is texts, or vectors of the
+        encoder's width. Query it with :meth:`search`."""
+        self._check_fitted()
+        dim, precision = self._check_request(
+            dim, self.precision if precision is None else precision
+        )
+        X = self._vectors_of(corpus, "corpus")
+        quantizer = self.quantizer_for(precision)
+        return QuantizedIndex(
+            quantizer.quantize(self._compress(X, dim)),
+            quantizer,
+            dim=dim,
+            rescore_vectors=self.transform_for_rescoring(X) if self.rescores else None,
+            rescore_quantizer=self.rescore_quantizer,
+        )
+
+    def search_queries(
+        self, queries: Sequence[str] | np.ndarray, *, dim: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """What :meth:`search` sends to an index: the queries' compressed float vectors (the
+        first stage quantises them as the documents) and their normalised full encoder output
+        for rescoring (None when the model does not rescore)."""
+        self._check_fitted()
+        dim, _ = self._check_request(dim, "float32")
+        X = self._vectors_of(queries, "queries")
+        return self._compress(X, dim), unit_rows(X) if self.rescores else None
+
+    def search(
+        self,
+        index: QuantizedIndex,
+        queries: Sequence[str] | np.ndarray,
+        k: int = 10,
+        *,
+        rescore_factor: float | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The top ``k`` documents of ``index`` (from :meth:`search_index`) for each query
+        (texts, or vectors of the encoder's width): ``(scores, rows)``, best first.
+        ``rescore_factor`` overrides the model's factor for this search."""
+        first_stage, rescore_queries = self.search_queries(queries, dim=index.n_bits)
+        if rescore_factor is not None:
+            self._check_rescoring()
+        factor = self.rescore_factor if rescore_factor is None else rescore_factor
+        return index.search(
+            first_stage,
+            k,
+            rescore_multiplier=factor if rescore_queries is not None else None,
+            rescore_queries=rescore_queries,
+        )
+
+    def _vectors_of(self, items: Sequence[str] | np.ndarray, what: str) -> np.ndarray:
+        if isinstance(items, np.ndarray):
+            return self._check_vectors(items)
+        return self.embed(_check_texts(items, what))
+
+    def _check_rescoring(self) -> None:
+        self._check_fitted()
+        if not self.rescores:
+            raise CompressorError(
+                "this model does not rescore; create it with rescore_factor=F to keep the "
+                "encoder's full output for rescoring"
+            )
+
     # ---- encoder -----------------------------------------------------------------------------
 
     def _attach(self, encoder: Encoder, ref: dict[str, Any]) -> None:
@@ -441,9 +570,9 @@ class CompressedModel:
             if self._encoder is None:
                 self._load_encoder()
             encoder = self._encoder_ref
-        return {
+        config: dict[str, Any] = {
             "kind": MODEL_KIND,
-            "format_version": FORMAT_VERSION,
+            "format_version": FORMAT_VERSION if self.rescores else 1,
             "demitasse_version": demitasse_version(),
             "encoder": encoder,
             "layer": self.layer,
@@ -459,9 +588,17 @@ class CompressedModel:
             "precisions": self.precisions,
             "fit": self.fit_info,
         }
+        if self.rescores:  # only then: a model without rescoring saves as format 1 did
+            config["rescore"] = {
+                "factor": self.rescore_factor,
+                "precision": self.rescore_precision,
+                "quantizer": None if self.rescore_quantizer is None else RESCORE_DIR,
+            }
+        return config
 
     def save(self, path: str | Path) -> Path:
-        """Write the model directory atomically: config.json, compressor/, quantizer/."""
+        """Write the model directory atomically: config.json, compressor/, quantizer/,
+        rescore/ (the int8 ranges of the rescoring store)."""
         path = Path(path)
         config = self.config()
         with atomic_directory(path, kind="model", recognise=_earlier_model) as tmp:
@@ -469,6 +606,8 @@ class CompressedModel:
                 self.compressor.save(tmp / COMPRESSOR_DIR)
             if self.quantizer is not None:
                 self.quantizer.save(tmp / QUANTIZER_DIR)
+            if self.rescore_quantizer is not None:
+                self.rescore_quantizer.save(tmp / RESCORE_DIR)
             text = json.dumps(config, indent=2, ensure_ascii=False, allow_nan=False)
             (tmp / CONFIG_FILE).write_text(text + "\n", encoding="utf-8")
         return path
@@ -504,7 +643,7 @@ def check_model_target(path: str | Path) -> Path:
 def _earlier_model(path: Path) -> bool:
     """A model saved before outputs carried a marker: its config.json says so, and the folder
     holds nothing a save does not write (anything else there is someone's, and stays)."""
-    saved = {CONFIG_FILE, COMPRESSOR_DIR, QUANTIZER_DIR, MARKER}
+    saved = {CONFIG_FILE, COMPRESSOR_DIR, QUANTIZER_DIR, RESCORE_DIR, MARKER}
     return is_model_dir(path) and all(entry.name in saved for entry in path.iterdir())
 
 
@@ -553,8 +692,62 @@ def _model_from_config(
         model.quantizer_params = model.quantizer.get_params()
     elif model.precision != "float32":
         raise CompressorError(f"{path}: precision {model.precision} needs quantizer/, missing")
+    _load_rescoring(model, path, config)
     model.fit_info = fit_info
     return model
+
+
+def _load_rescoring(model: CompressedModel, path: Path, config: dict[str, Any]) -> None:
+    """The rescoring settings and int8 ranges; a model saved without them (format 1, or
+    format 2 without rescoring) searches by its codes alone."""
+    saved = config.get("rescore")
+    if saved is None:
+        return
+    if not isinstance(saved, dict):
+        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: bad 'rescore'")
+    try:
+        model.rescore_factor, model.rescore_precision = _rescoring_settings(
+            saved.get("factor"), saved.get("precision")
+        )
+    except DemitasseError as exc:
+        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: 'rescore': {exc}") from None
+    if model.rescore_factor is None:
+        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: 'rescore' lacks its factor")
+    stored = saved.get("quantizer")
+    if model.rescore_precision != "int8":
+        if stored is not None:
+            raise CompressorError(f"{path}: float32 rescoring takes no {RESCORE_DIR}/")
+        return
+    if stored != RESCORE_DIR:
+        raise CompressorError(f"{path}: int8 rescoring needs {RESCORE_DIR}/, missing")
+    quantizer = load_quantizer(path / RESCORE_DIR)
+    if quantizer.precision != "int8" or quantizer.n_features_in_ != model._input_dim:
+        raise CompressorError(
+            f"{path}: {RESCORE_DIR}/ must hold int8 ranges of the encoder's {model._input_dim} dims"
+        )
+    model.rescore_quantizer = quantizer
+
+
+def _rescoring_settings(factor: Any, precision: Any) -> tuple[float | None, str | None]:
+    """The checked (factor, precision) pair: both None without rescoring; a factor alone
+    keeps int8 vectors."""
+    if factor is None:
+        if precision is not None:
+            raise CompressorError(
+                f"rescore_precision {precision!r} needs rescore_factor (F ≥ 1: how many "
+                "candidates per result the codes find for rescoring)"
+            )
+        return None, None
+    if isinstance(factor, bool) or not isinstance(factor, int | float | np.number):
+        raise CompressorError(f"rescore_factor must be a number ≥ 1, got {factor!r}")
+    if not np.isfinite(factor) or factor < 1:
+        raise CompressorError(f"rescore_factor must be a number ≥ 1, got {factor!r}")
+    precision = "int8" if precision is None else precision
+    if precision not in RESCORE_PRECISIONS:
+        raise CompressorError(
+            f"rescore_precision must be one of {', '.join(RESCORE_PRECISIONS)}, got {precision!r}"
+        )
+    return float(factor), str(precision)
 
 
 def _read_config(path: Path) -> dict[str, Any]:

@@ -189,6 +189,48 @@ def test_unknown_ids_can_be_accepted_as_beir_scores_them(
         load_retrieval(*_own_files(tmp_path, QRELS), unknown_ids="drop")
 
 
+def _many_judgements(folder: Path, unknown: list[tuple]) -> Path:
+    """A published-like folder with 40 judged documents and the given extra qrels rows."""
+    (folder / "qrels").mkdir(parents=True)
+    _jsonl(folder / "corpus.jsonl", [{"_id": f"d{i}", "text": f"doc {i}"} for i in range(40)])
+    _jsonl(folder / "queries.jsonl", [{"_id": f"q{i}", "text": f"query {i}"} for i in range(4)])
+    rows = [(f"q{i % 4}", f"d{i}", 1) for i in range(40)]
+    _qrels_tsv(folder / "qrels" / "test.tsv", [*rows, *unknown], newline="\r\n")
+    return folder
+
+
+def test_a_published_set_with_a_few_unknown_ids_loads_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # ArguAna's qrels name documents missing from its corpus, NFCorpus's queries missing from
+    # its queries file: two of 42 judgements (4.8 %) here, and the folder loads as published.
+    folder = _many_judgements(tmp_path / "arguana", [("q0", "gone", 1), ("q404", "d1", 1)])
+    with caplog.at_level(logging.WARNING, logger="demitasse.data.beir"):
+        data = load_beir(folder)
+    assert data.name == "ArguAna" and len(data.query_ids) == 4
+    assert data.qrels["q0"]["gone"] == 1 and "q404" not in data.qrels
+    warnings = [r.getMessage() for r in caplog.records]
+    assert any(
+        "1 of the 5 query ids in these qrels are unknown (e.g. 'q404')" in w for w in warnings
+    )
+    assert any(
+        "1 of the 41 corpus ids in these qrels are unknown (e.g. 'gone')" in w for w in warnings
+    )
+    # The same files under "error" refuse them.
+    with pytest.raises(DataError, match="query id 'q404' is not in"):
+        load_beir(folder, unknown_ids="error")
+
+
+def test_more_than_five_percent_unknown_ids_is_the_users_mistake(tmp_path: Path) -> None:
+    unknown = [("q0", "gone", 1), ("q0", "lost", 1), ("q404", "d1", 1)]  # 3 of 43: 7.0 %
+    folder = _many_judgements(tmp_path / "mine", unknown)
+    message = _one_line_error(load_beir, folder)
+    assert "query id 'q404' is not in" in message
+    assert "7.0 % of the judgements name unknown ids, more than the 5 %" in message
+    # "warn" takes any number, as before.
+    assert "q404" not in load_beir(folder, unknown_ids="warn").qrels
+
+
 def test_queries_without_judgements_are_left_out_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -20,7 +20,11 @@ from demitasse.errors import DataError
 logger = logging.getLogger(__name__)
 
 #: What to do with qrels that name ids missing from the corpus or the queries.
-UNKNOWN_IDS = ("error", "warn")
+UNKNOWN_IDS = ("error", "warn", "auto")
+#: ``"auto"`` takes a published set's few unknown ids (ArguAna's qrels name documents missing
+#: from its corpus, NFCorpus's name queries missing from its queries file) up to this share of
+#: the judgements; more means the files do not belong together.
+TOLERATED_UNKNOWN = 0.05
 
 # The spelling MTEB and the BEIR paper use, so records name data sets as papers print them.
 BEIR_NAMES: dict[str, str] = {
@@ -98,12 +102,19 @@ def _judgements(
     bad_queries = [r for r in rows if r.query_id not in query_ids]
     bad_docs = [r for r in rows if r.doc_id not in doc_ids]
     checks = ((bad_queries, "query", queries_path), (bad_docs, "corpus", corpus_path))
+    share = sum(r.query_id not in query_ids or r.doc_id not in doc_ids for r in rows) / len(rows)
     for bad, kind, known in checks:
         if not bad:
             continue
         error = _unknown_ids_error(rows, bad, kind, known)
         if unknown_ids == "error":
             raise error
+        if unknown_ids == "auto" and share > TOLERATED_UNKNOWN:
+            raise DataError(
+                f"{error}; {100 * share:.1f} % of the judgements name unknown ids, more than "
+                f"the {100 * TOLERATED_UNKNOWN:g} % a published set may have: do these files "
+                "belong together?"
+            )
         consequence = (
             "their judgements are left out"
             if kind == "query"
@@ -192,7 +203,7 @@ def load_beir(
     split: str = "test",
     name: str | None = None,
     *,
-    unknown_ids: str = "error",
+    unknown_ids: str = "auto",
 ) -> BeirDataset:
     """Load a BEIR-layout folder as published: ``corpus.jsonl`` and ``queries.jsonl`` (each
     may be gzipped), ``qrels/<split>.tsv`` (or ``.tsv.gz``). ``name`` defaults to the BEIR
@@ -222,7 +233,7 @@ def load_beir(
 
 
 def load_beir_folders(
-    folders: Sequence[str | Path], split: str = "test", *, unknown_ids: str = "error"
+    folders: Sequence[str | Path], split: str = "test", *, unknown_ids: str = "auto"
 ) -> list[BeirDataset]:
     """One data set per BEIR folder (see :func:`load_beir`); their names must differ."""
     if isinstance(folders, str | Path):
@@ -250,19 +261,21 @@ def load_retrieval(
     name: str = "retrieval",
     split: str = "test",
     *,
-    unknown_ids: str = "error",
+    unknown_ids: str = "auto",
 ) -> BeirDataset:
     """A retrieval set from three files: documents and queries as JSON Lines (BEIR's
     ``_id``, ``text``, optional ``title``), TSV, CSV or Parquet tables with those columns, and
     qrels as BEIR's TSV (query-id, corpus-id, score; header optional) or a table with those
     columns; all but Parquet may be gzipped (see ``demitasse.data._retrieval_files``).
 
-    Only judged queries are kept; the others are left out with a logged warning. Qrels that
-    name a query or document missing from the other files are an error (``unknown_ids=
-    "error"``, the default: usually the files do not belong together). Some published sets
-    have a few such ids (ArguAna's qrels name documents missing from its corpus); with
-    ``unknown_ids="warn"`` a warning says how many, judgements of unknown queries are left out
-    and unknown documents stay judged relevant, unreachable, as BEIR and MTEB score them.
+    Only judged queries are kept; the others are left out with a logged warning. Some
+    published sets have qrels that name a few ids missing from the other files (ArguAna's
+    name documents missing from its corpus, NFCorpus's queries missing from its queries file).
+    With ``unknown_ids="auto"`` (the default) such judgements are taken with a logged warning
+    (how many, with examples) while they are at most 5 % of the judgements and a judged
+    query remains; more is a one-line error, as the files then hardly belong together.
+    ``"warn"`` takes any number, ``"error"`` none. Taken judgements of unknown queries are
+    left out; unknown documents stay judged relevant, unreachable, as BEIR and MTEB score them.
     """
     paths = [Path(p).expanduser() for p in (corpus, queries, qrels)]
     for path in paths:

@@ -10,7 +10,7 @@ own nearest neighbours on that corpus are the target a compressed configuration 
   same documents, averaged over queries.
 
 Both are computed against the candidate's *search*, exactly as it would answer (a
-:class:`~demitasse.evaluation.retrieval.QuantizedIndex`: float, int8 or binary codes, with or
+:class:`~demitasse.search.QuantizedIndex`: float, int8 or binary codes, with or
 without rescoring). Under rescoring, a document among the first stage's ``depth·F``
 candidates ranks by its rescored score, ahead of every other document, which ranks by its
 first-stage score. Ties (frequent in Hamming distances) share their average rank.
@@ -30,8 +30,8 @@ import numpy as np
 from scipy.stats import rankdata
 
 from demitasse.errors import DataError
-from demitasse.evaluation.retrieval import QuantizedIndex, exact_search
 from demitasse.evaluation.tasks import Score
+from demitasse.search import QuantizedIndex, exact_search
 
 
 @dataclass(frozen=True)

@@ -69,15 +69,18 @@ def rescoring_extra(
     rescore_precision: str | None,
     index_bytes_per_vector: int,
     rescore_bytes_per_vector: int,
+    rescore_source: str | None = None,
 ) -> dict[str, Any]:
     """What a search record carries in ``extra`` about its rescoring: the factor F (1 without
-    rescoring), the precision of the document vectors kept for it (None without), and the
-    bytes per vector held in memory by the index and kept for rescoring, separately (the
-    record's ``bytes_per_vector`` is the stored codes', as for every other task)."""
+    rescoring), the precision of the document vectors kept for it and where they come from
+    (``"compressed"`` or ``"encoder"``; both None without), and the bytes per vector held in
+    memory by the index and kept for rescoring, separately (the record's
+    ``bytes_per_vector`` is the stored codes', as for every other task)."""
     factor = float(rescore)
     return {
         "rescore": int(factor) if factor.is_integer() else factor,
         "rescore_precision": rescore_precision,
+        "rescore_source": rescore_source,
         "index_bytes_per_vector": int(index_bytes_per_vector),
         "rescore_bytes_per_vector": int(rescore_bytes_per_vector),
     }

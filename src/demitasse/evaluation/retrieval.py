@@ -1,521 +1,46 @@
-"""Exact nearest-neighbour retrieval with faiss, and the retrieval task (BEIR nDCG@10 & co).
+"""The retrieval task: embed queries and documents, search, score BEIR's nDCG@10 & co.
 
-Search spaces, matching how each precision is stored and compared elsewhere:
-
-- ``"cosine"`` (default): inner product of L2-normalised float32 vectors (``IndexFlatIP``).
-  int8 codes are searched as normalised float32 copies, i.e. the cosine of the integer codes,
-  which is what ``Int8Quantizer.similarity`` computes.
-- ``"l2"``: Euclidean distance of the raw vectors (``IndexFlatL2``), Espresso's RAG setting.
-- ``"hamming"``: packed binary codes (``IndexBinaryFlat``); similarity = bits agreeing,
-  as in ``BinaryQuantizer.similarity``.
-
-Ties: hits come best first, and equal scores are ordered by corpus row, earlier first. faiss
-also keeps the earlier rows when a tie straddles the k-th place, so the top k is the first k
-of a stable sort by score (checked against numpy in the tests). Hamming distances are exact
-integers, so this holds for every tie of binary codes; cosine scores are rounded float32, so
-two documents whose exact cosines tie (say, int8 codes pointing the same way) may differ in
-the last bit and then rank by that.
+The search itself (exact faiss search, quantised search with rescoring, per-query latency)
+lives in :mod:`demitasse.search`, shared with the model; its names are re-exported here.
 """
 
 from __future__ import annotations
 
-import math
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
-from demitasse.compress import Int8Quantizer, Quantizer
 from demitasse.data.beir import BeirDataset
-from demitasse.errors import DataError, DemitasseError
+from demitasse.errors import DataError
 from demitasse.evaluation.ranking_metrics import DEFAULT_METRICS, evaluate_run, max_cutoff
 from demitasse.evaluation.records import rescoring_extra
 from demitasse.evaluation.tasks import EmbeddedTexts, Score, Task, with_average
+from demitasse.search import (
+    METRIC_SPACES,
+    RESCORE_PRECISIONS,
+    SEARCH_METRICS,
+    QuantizedIndex,
+    Rescoring,
+    SearchLatency,
+    build_index,
+    check_k,
+    exact_search,
+    measure_search_latency,
+)
 
-if TYPE_CHECKING:
-    import faiss
-
-SEARCH_METRICS: tuple[str, ...] = ("cosine", "l2", "hamming")
-METRIC_SPACES: tuple[str, ...] = ("cosine", "l2")
-
-
-def _faiss() -> ModuleType:
-    # faiss is the optional "retrieval" extra; everything else here works without it.
-    try:
-        import faiss
-    except ImportError:
-        raise DemitasseError(
-            "retrieval search needs faiss: pip install 'demitasse[retrieval]' (faiss-cpu)"
-        ) from None
-    return faiss
-
-
-def _check_metric(metric: str) -> None:
-    if metric not in SEARCH_METRICS:
-        raise DataError(
-            f"unknown search metric {metric!r}; choose from {', '.join(SEARCH_METRICS)}"
-        )
-
-
-def _as_float_vectors(array: np.ndarray, metric: str, what: str) -> np.ndarray:
-    """float32 C-contiguous rows; L2-normalised for cosine (zero rows stay zero)."""
-    if array.dtype.kind not in "fi":
-        raise DataError(
-            f"{what} must be float or int8 vectors for {metric} search, not {array.dtype}"
-        )
-    vectors = np.ascontiguousarray(array, dtype=np.float32)
-    if not np.isfinite(vectors).all():
-        raise DataError(f"{what} contain NaN or infinite values")
-    if metric == "cosine":
-        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        vectors = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
-    return vectors
-
-
-def _as_packed_bits(array: np.ndarray, what: str) -> np.ndarray:
-    if array.dtype != np.uint8:
-        raise DataError(f"{what} must be packed binary codes (uint8) for hamming search")
-    return np.ascontiguousarray(array)
-
-
-def _check_pair(queries: np.ndarray, corpus: np.ndarray) -> None:
-    for what, array in (("queries", queries), ("corpus", corpus)):
-        if not isinstance(array, np.ndarray) or array.ndim != 2 or 0 in array.shape:
-            raise DataError(f"{what} must be a non-empty 2-D array")
-    if queries.shape[1] != corpus.shape[1]:
-        raise DataError(
-            f"queries have {queries.shape[1]} columns but the corpus has {corpus.shape[1]}"
-        )
-
-
-def build_index(corpus: np.ndarray, metric: str = "cosine") -> faiss.Index | faiss.IndexBinary:
-    """An exact (flat) faiss index over ``corpus`` rows, for ``metric`` (see module docs)."""
-    _check_metric(metric)
-    faiss = _faiss()
-    if metric == "hamming":
-        bits = _as_packed_bits(corpus, "corpus")
-        index = faiss.IndexBinaryFlat(8 * bits.shape[1])
-        index.add(bits)
-        return index
-    vectors = _as_float_vectors(corpus, metric, "corpus")
-    index = (
-        faiss.IndexFlatIP(vectors.shape[1])
-        if metric == "cosine"
-        else faiss.IndexFlatL2(vectors.shape[1])
-    )
-    index.add(vectors)
-    return index
-
-
-def exact_search(
-    queries: np.ndarray,
-    corpus: np.ndarray,
-    *,
-    k: int = 100,
-    metric: str = "cosine",
-    dim: int | None = None,
-    batch_size: int = 4096,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-``k`` corpus rows for each query, best first.
-
-    Returns ``(scores, rows)``, both ``[n_queries, min(k, n_corpus)]``; higher scores are
-    better: cosine similarity, minus the squared L2 distance, or bits agreeing (out of ``dim``,
-    default all ``8 × bytes`` bits; padding bits agree in every pair, so rankings don't depend
-    on it). Equal scores are ordered by corpus row.
-    """
-    _check_pair(queries, corpus)
-    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
-        raise DataError(f"k must be a positive integer, got {k!r}")
-    index = build_index(corpus, metric)
-    k = min(int(k), corpus.shape[0])
-    if metric == "hamming":
-        queries = _as_packed_bits(queries, "queries")
-        n_bits = 8 * queries.shape[1] if dim is None else int(dim)
-    else:
-        queries = _as_float_vectors(queries, metric, "queries")
-    scores = np.empty((queries.shape[0], k), np.float32)
-    rows = np.empty((queries.shape[0], k), np.int64)
-    starts = range(0, queries.shape[0], batch_size)
-    for start in tqdm(starts, desc=f"{metric} search", disable=len(starts) < 4, leave=False):
-        stop = start + batch_size
-        distances, found = index.search(queries[start:stop], k)
-        if metric == "hamming":
-            scores[start:stop] = n_bits - distances
-        elif metric == "l2":
-            scores[start:stop] = -distances
-        else:
-            scores[start:stop] = distances
-        rows[start:stop] = found
-    # faiss's heaps already order ties by row; sorting again makes that a guarantee.
-    order = np.lexsort((rows, -scores), axis=1)
-    return np.take_along_axis(scores, order, axis=1), np.take_along_axis(rows, order, axis=1)
-
-
-# ---- quantised search with rescoring ----------------------------------------------------------
-
-#: Precisions the rescoring store may keep document vectors in.
-RESCORE_PRECISIONS: tuple[str, ...] = ("float32", "int8")
-# Number of set bits in each byte value: Hamming distance on packed codes is a table lookup.
-_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
-#: Floats gathered per rescoring batch (candidates × width × queries): bounds the memory.
-_RESCORE_BATCH_FLOATS = 1 << 23
-
-
-def _check_k(k: Any) -> int:
-    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
-        raise DataError(f"k must be a positive integer, got {k!r}")
-    return int(k)
-
-
-def _check_multiplier(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
-        raise DataError(f"rescore_multiplier must be a number ≥ 1, got {value!r}")
-    if not math.isfinite(value) or value < 1:
-        raise DataError(f"rescore_multiplier must be a number ≥ 1, got {value!r}")
-    return float(value)
-
-
-def _check_floats(array: Any, what: str) -> np.ndarray:
-    if not isinstance(array, np.ndarray) or array.ndim != 2 or 0 in array.shape:
-        raise DataError(f"{what} must be a non-empty 2-D array")
-    if array.dtype.kind != "f":
-        raise DataError(f"{what} must be float vectors, not {array.dtype}")
-    return array
-
-
-def _best_first(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The top ``k`` of each row of ``scores``, best first, equal scores by corpus row."""
-    order = np.lexsort((rows, -scores), axis=1)[:, :k]
-    return np.take_along_axis(scores, order, axis=1), np.take_along_axis(rows, order, axis=1)
-
-
-class QuantizedIndex:
-    """Documents searched the way vector databases do: a first stage over quantised codes held
-    in memory, then, optionally, the top ``k·F`` candidates rescored with the float query
-    against better document vectors kept aside (Qdrant's ``oversampling`` + ``rescore``,
-    sentence-transformers' ``semantic_search_faiss(rescore_multiplier=F)``).
-
-    Args:
-        codes: the documents' codes from ``quantizer.quantize`` (float32, int8, or packed
-            bits); they are what the index holds in memory.
-        quantizer: the fitted quantiser that made ``codes``; it encodes the queries for the
-            first stage. Binary codes are compared by Hamming distance (a faiss binary index),
-            float32 and int8 ones by ``metric_space`` (int8: cosine of the codes, as
-            :func:`exact_search`).
-        dim: the vectors' dimension (binary scores count agreeing bits out of it; default
-            ``8 × bytes``, which shifts every score alike).
-        metric_space: ``"cosine"`` or ``"l2"``, for float and int8 codes and for rescoring.
-        rescore_vectors: document vectors kept for rescoring: float32 [n, e], or int8 codes
-            [n, e] made by ``rescore_quantizer`` (a fitted int8 quantiser, which turns them back
-            into bucket centres for scoring). Their space may differ from the codes' (say, the
-            full model's vectors behind PCA codes): queries for it go in ``rescore_queries``.
-    """
-
-    def __init__(
-        self,
-        codes: np.ndarray,
-        quantizer: Quantizer,
-        *,
-        dim: int | None = None,
-        metric_space: str = "cosine",
-        rescore_vectors: np.ndarray | None = None,
-        rescore_quantizer: Quantizer | None = None,
-    ) -> None:
-        if metric_space not in METRIC_SPACES:
-            raise DataError(
-                f"unknown metric_space {metric_space!r}; choose from {', '.join(METRIC_SPACES)}"
-            )
-        if not isinstance(codes, np.ndarray) or codes.ndim != 2 or 0 in codes.shape:
-            raise DataError("codes must be a non-empty 2-D array from quantizer.quantize()")
-        if codes.dtype != quantizer.code_dtype:
-            raise DataError(
-                f"codes are {codes.dtype}, but {quantizer.precision} codes are "
-                f"{quantizer.code_dtype}; pass quantizer.quantize(documents)"
-            )
-        self.quantizer = quantizer
-        self.metric_space = metric_space
-        self.search_metric = "hamming" if quantizer.precision == "binary" else metric_space
-        self.codes = codes
-        self.n_bits = 8 * codes.shape[1] if dim is None else int(dim)
-        self._index = build_index(codes, self.search_metric)
-        self.rescore_vectors = rescore_vectors
-        self.rescore_quantizer = rescore_quantizer
-        self.rescore_precision = self._check_store(rescore_vectors, rescore_quantizer)
-
-    def _check_store(self, vectors: np.ndarray | None, quantizer: Quantizer | None) -> str | None:
-        if vectors is None:
-            if quantizer is not None:
-                raise DataError("rescore_quantizer needs rescore_vectors (its int8 codes)")
-            return None
-        if not isinstance(vectors, np.ndarray) or vectors.ndim != 2:
-            raise DataError("rescore_vectors must be a 2-D array")
-        if vectors.shape[0] != self.codes.shape[0]:
-            raise DataError(
-                f"rescore_vectors have {vectors.shape[0]} rows for {self.codes.shape[0]} documents"
-            )
-        if vectors.dtype == np.int8:
-            if not isinstance(quantizer, Int8Quantizer) or not quantizer.is_fitted:
-                raise DataError(
-                    "int8 rescore_vectors need the fitted int8 rescore_quantizer that made them"
-                )
-            return "int8"
-        if vectors.dtype != np.float32:
-            raise DataError(f"rescore_vectors must be float32 or int8, not {vectors.dtype}")
-        if quantizer is not None:
-            raise DataError("float32 rescore_vectors take no rescore_quantizer")
-        if not np.isfinite(vectors).all():
-            raise DataError("rescore_vectors contain NaN or infinite values")
-        return "float32"
-
-    @classmethod
-    def from_vectors(
-        cls,
-        vectors: np.ndarray,
-        quantizer: Quantizer,
-        *,
-        rescore: str | None = None,
-        rescore_vectors: np.ndarray | None = None,
-        rescore_quantizer: Quantizer | None = None,
-        metric_space: str = "cosine",
-    ) -> QuantizedIndex:
-        """Index float32 document ``vectors`` [n, d]: codes from ``quantizer``, and with
-        ``rescore="float32"`` or ``"int8"`` a rescoring store of ``rescore_vectors`` (default:
-        ``vectors``) at that precision (int8 with the fitted ``rescore_quantizer``)."""
-        if rescore is not None and rescore not in RESCORE_PRECISIONS:
-            raise DataError(
-                f"rescore must be one of {', '.join(RESCORE_PRECISIONS)} or None, got {rescore!r}"
-            )
-        kept = None
-        if rescore is not None:
-            kept = np.ascontiguousarray(
-                vectors if rescore_vectors is None else rescore_vectors, dtype=np.float32
-            )
-            if rescore == "int8":
-                if rescore_quantizer is None:
-                    raise DataError("an int8 rescoring store needs a fitted int8 rescore_quantizer")
-                kept = rescore_quantizer.quantize(kept)
-        return cls(
-            quantizer.quantize(vectors),
-            quantizer,
-            dim=vectors.shape[1],
-            metric_space=metric_space,
-            rescore_vectors=kept,
-            rescore_quantizer=rescore_quantizer if rescore == "int8" else None,
-        )
-
-    # ---- what it costs ------------------------------------------------------------------------
-
-    @property
-    def n_documents(self) -> int:
-        return int(self.codes.shape[0])
-
-    @property
-    def index_bytes_per_vector(self) -> int:
-        """Bytes per document held in memory by the first stage (the codes)."""
-        return int(self.codes.shape[1] * self.codes.itemsize)
-
-    @property
-    def rescore_bytes_per_vector(self) -> int:
-        """Bytes per document kept for rescoring (0 without a store)."""
-        if self.rescore_vectors is None:
-            return 0
-        return int(self.rescore_vectors.shape[1] * self.rescore_vectors.itemsize)
-
-    # ---- search -------------------------------------------------------------------------------
-
-    def _query_codes(self, queries: Any) -> np.ndarray:
-        codes = self.quantizer.quantize(_check_floats(queries, "queries"))
-        if codes.shape[1] != self.codes.shape[1]:
-            raise DataError(
-                f"queries have {queries.shape[1]} columns, which make codes {codes.shape[1]} "
-                f"wide; the documents' are {self.codes.shape[1]}"
-            )
-        if self.search_metric == "hamming":
-            return np.ascontiguousarray(codes)
-        return _as_float_vectors(codes, self.search_metric, "queries")
-
-    def first_stage(self, queries: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
-        """The top ``depth`` documents by their codes alone: ``(scores, rows)``, best first."""
-        depth = min(_check_k(depth), self.n_documents)
-        distances, rows = self._index.search(self._query_codes(queries), depth)
-        if self.search_metric == "hamming":
-            scores = (self.n_bits - distances).astype(np.float32)
-        else:
-            scores = -distances if self.search_metric == "l2" else distances
-        # faiss's heaps already order ties by row; sorting again makes that a guarantee.
-        return _best_first(scores, rows.astype(np.int64), depth)
-
-    def first_stage_scores(self, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """First-stage scores of the given documents, ``rows`` [m, r] → float32 [m, r]."""
-        codes = self._query_codes(queries)
-        if self.search_metric == "hamming":
-            differ = _POPCOUNT[np.bitwise_xor(codes[:, None, :], self.codes[rows])].sum(axis=2)
-            return (self.n_bits - differ).astype(np.float32)
-        documents = _as_float_vectors(self.codes[rows.ravel()], self.search_metric, "codes")
-        return self._similarity(codes, documents.reshape(*rows.shape, -1))
-
-    def rescore_scores(self, rescore_queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Rescoring scores of the given documents: the float query against the kept
-        document vectors (int8 ones as their bucket centres), float32 [m, r]."""
-        if self.rescore_vectors is None:
-            raise DataError("this index keeps no vectors for rescoring")
-        width = self.rescore_vectors.shape[1]
-        queries = _check_floats(rescore_queries, "rescore_queries")
-        if queries.shape[1] != width:
-            raise DataError(
-                f"rescore_queries have {queries.shape[1]} columns; the kept document vectors "
-                f"have {width}"
-            )
-        if queries.shape[0] != rows.shape[0]:
-            raise DataError(f"{queries.shape[0]} rescore_queries for {rows.shape[0]} queries")
-        if self.metric_space == "cosine":
-            queries = _as_float_vectors(queries, "cosine", "rescore_queries")
-        scores = np.empty(rows.shape, np.float32)
-        step = max(1, _RESCORE_BATCH_FLOATS // max(1, rows.shape[1] * width))
-        for start in range(0, rows.shape[0], step):
-            block = rows[start : start + step]
-            kept = self.rescore_vectors[block.ravel()]
-            if self.rescore_precision == "int8":
-                assert isinstance(self.rescore_quantizer, Int8Quantizer)
-                kept = self.rescore_quantizer.dequantize(kept)
-            documents = _as_float_vectors(kept, self.metric_space, "rescore_vectors")
-            scores[start : start + step] = self._similarity(
-                queries[start : start + step], documents.reshape(*block.shape, width)
-            )
-        return scores
-
-    def _similarity(self, queries: np.ndarray, documents: np.ndarray) -> np.ndarray:
-        """``queries`` [m, e] against ``documents`` [m, r, e], by the metric space."""
-        if self.metric_space == "l2":
-            return -((documents - queries[:, None, :]) ** 2).sum(axis=2, dtype=np.float32)
-        return np.einsum("qre,qe->qr", documents, queries).astype(np.float32)
-
-    def search(
-        self,
-        queries: np.ndarray,
-        k: int = 10,
-        *,
-        rescore_multiplier: float | None = None,
-        rescore_queries: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The top ``k`` documents for each query: ``(scores, rows)``, best first, equal
-        scores by corpus row.
-
-        ``queries`` are float32 vectors in the codes' space (the quantiser encodes them).
-        Without ``rescore_multiplier`` (or with 1 and no rescoring store) this is plain
-        quantised search. With ``F = rescore_multiplier`` and a store, the first stage returns
-        ``ceil(k·F)`` candidates and the rescoring scores (``rescore_queries``, default
-        ``queries``, against the kept vectors) decide their top ``k``.
-        """
-        k = _check_k(k)
-        factor = _check_multiplier(rescore_multiplier)
-        if factor is not None and self.rescore_vectors is None:
-            if factor > 1:
-                raise DataError(
-                    f"rescore_multiplier {factor:g} needs document vectors kept for rescoring; "
-                    "this index has none"
-                )
-            factor = None
-        if factor is None:
-            return self.first_stage(queries, k)
-        depth = min(self.n_documents, math.ceil(k * factor))
-        _, candidates = self.first_stage(queries, depth)
-        scores = self.rescore_scores(
-            queries if rescore_queries is None else rescore_queries, candidates
-        )
-        return _best_first(scores, candidates, min(k, depth))
-
-
-@dataclass(frozen=True)
-class SearchLatency:
-    """Per-query search time, one query per call: each percentile is the best of ``repeats``
-    passes over the queries (other work on the machine only ever slows a pass)."""
-
-    p50_ms: float
-    p99_ms: float
-    n_queries: int
-    repeats: int
-    faiss_threads: int | None
-
-    def as_extra(self) -> dict[str, Any]:
-        return {
-            "latency_queries": self.n_queries,
-            "latency_repeats": self.repeats,
-            "faiss_threads": self.faiss_threads,
-        }
-
-
-def measure_search_latency(
-    index: QuantizedIndex,
-    queries: np.ndarray,
-    k: int = 10,
-    *,
-    rescore_multiplier: float | None = None,
-    rescore_queries: np.ndarray | None = None,
-    repeats: int = 3,
-    threads: int | None = 1,
-    clock: Callable[[], float] = time.perf_counter,
-) -> SearchLatency:
-    """p50 / p99 milliseconds of ``index.search`` called with one query at a time, the way a
-    service answers requests (query encoding into codes included).
-
-    ``threads`` sets faiss's OpenMP threads while timing (None: as they are); one is the
-    robust choice on a shared machine (see :class:`~demitasse.evaluation.efficiency.
-    EfficiencyTask`).
-    """
-    faiss = _faiss()
-    repeats = _check_k(repeats)
-    previous = faiss.omp_get_max_threads()
-    if threads is not None:
-        faiss.omp_set_num_threads(_check_k(threads))
-    try:
-        single = [
-            (queries[i : i + 1], None if rescore_queries is None else rescore_queries[i : i + 1])
-            for i in range(len(queries))
-        ]
-
-        def one_pass(times: np.ndarray | None) -> None:
-            for i, (query, rescore_query) in enumerate(single):
-                start = clock()
-                index.search(
-                    query, k, rescore_multiplier=rescore_multiplier, rescore_queries=rescore_query
-                )
-                if times is not None:
-                    times[i] = clock() - start
-
-        one_pass(None)  # warm-up
-        times = np.empty(len(single))
-        best = np.full(2, math.inf)
-        for _ in range(repeats):
-            one_pass(times)
-            best = np.minimum(best, np.percentile(times, [50, 99]))
-        used = int(faiss.omp_get_max_threads())
-    finally:
-        faiss.omp_set_num_threads(previous)
-    return SearchLatency(1000 * float(best[0]), 1000 * float(best[1]), len(single), repeats, used)
-
-
-@dataclass(frozen=True)
-class Rescoring:
-    """One rescoring variant of a retrieval evaluation: first-stage candidates ``multiplier``
-    × k, rescored against document vectors kept at ``precision`` (``"float32"``/``"int8"``)."""
-
-    multiplier: float
-    precision: str = "int8"
-
-    def __post_init__(self) -> None:
-        _check_multiplier(self.multiplier)
-        if self.precision not in RESCORE_PRECISIONS:
-            raise DataError(
-                f"rescoring precision must be one of {', '.join(RESCORE_PRECISIONS)}, "
-                f"got {self.precision!r}"
-            )
+__all__ = [
+    "METRIC_SPACES",
+    "RESCORE_PRECISIONS",
+    "SEARCH_METRICS",
+    "QuantizedIndex",
+    "Rescoring",
+    "RetrievalTask",
+    "SearchLatency",
+    "build_index",
+    "exact_search",
+    "measure_search_latency",
+]
 
 
 class RetrievalTask(Task):
@@ -562,7 +87,7 @@ class RetrievalTask(Task):
         self.k = max_cutoff(self.metrics)
         self.rescoring = [r if isinstance(r, Rescoring) else Rescoring(r) for r in rescoring]
         self.latency = bool(latency)
-        self.latency_repeats = _check_k(latency_repeats)
+        self.latency_repeats = check_k(latency_repeats)
         self.latency_threads = latency_threads
 
     def texts(self) -> list[str]:
@@ -592,19 +117,11 @@ class RetrievalTask(Task):
         self, dataset: BeirDataset, embedded: EmbeddedTexts, rescoring: Rescoring | None = None
     ) -> QuantizedIndex:
         """``dataset``'s documents indexed as ``embedded`` stores them, keeping document
-        vectors for ``rescoring`` (at its precision) when given."""
+        vectors for ``rescoring`` (at its precision, from its source) when given."""
         corpus = dataset.corpus_texts
         store = quantizer = None
         if rescoring is not None:
-            store = embedded.vectors_of(corpus)
-            if rescoring.precision == "int8":
-                quantizer = embedded.rescore_quantizer
-                if quantizer is None or quantizer.precision != "int8":
-                    raise DataError(
-                        "int8 rescoring needs an int8 quantiser calibrated for this "
-                        "configuration (EmbeddedTexts.rescore_quantizer)"
-                    )
-                store = quantizer.quantize(store)
+            store, quantizer = embedded.rescoring_store(corpus, rescoring)
         return QuantizedIndex(
             embedded.codes_of(corpus),
             embedded.quantizer,
@@ -615,6 +132,8 @@ class RetrievalTask(Task):
         )
 
     def _variants(self, embedded: EmbeddedTexts) -> list[Rescoring | None]:
+        if embedded.rescoring is not None:  # a model searches one way: its own
+            return [embedded.rescoring]
         # Exact float32 search has nothing better to rescore with.
         return [None] if embedded.precision == "float32" else [None, *self.rescoring]
 
@@ -625,16 +144,23 @@ class RetrievalTask(Task):
         needs_index = variant is not None or self.latency
         index = self.index(dataset, embedded, variant) if needs_index else None
         multiplier = None if variant is None else variant.multiplier
+        rescore_queries = (
+            None if variant is None else embedded.rescoring_queries(dataset.query_texts, variant)
+        )
         if index is None or variant is None:
             run = self.run(dataset, embedded)
         else:
             _, rows = index.search(
-                embedded.vectors_of(dataset.query_texts), self.k, rescore_multiplier=multiplier
+                embedded.vectors_of(dataset.query_texts),
+                self.k,
+                rescore_multiplier=multiplier,
+                rescore_queries=rescore_queries,
             )
             run = self._ranked_ids(dataset, rows)
         extra = rescoring_extra(
             rescore=1 if variant is None else variant.multiplier,
             rescore_precision=None if variant is None else variant.precision,
+            rescore_source=None if variant is None else variant.source,
             index_bytes_per_vector=embedded.quantizer.bytes_per_vector(embedded.dim),
             rescore_bytes_per_vector=0 if index is None else index.rescore_bytes_per_vector,
         )
@@ -645,6 +171,7 @@ class RetrievalTask(Task):
                 embedded.vectors_of(dataset.query_texts),
                 self.k,
                 rescore_multiplier=multiplier,
+                rescore_queries=rescore_queries,
                 repeats=self.latency_repeats,
                 threads=self.latency_threads,
             )

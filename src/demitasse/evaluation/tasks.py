@@ -15,10 +15,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from demitasse.compress import Quantizer
+from demitasse.arrays import unit_rows
+from demitasse.compress import Int8Quantizer, Quantizer
 from demitasse.data import ScoredPairs
 from demitasse.errors import DataError
 from demitasse.evaluation.sts import spearman_x100
+from demitasse.search import Rescoring
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,13 @@ class EmbeddedTexts:
     ``vectors`` are the float32 vectors the codes were made from (a search that rescores
     needs them: the float query, and document vectors to keep); ``rescore_quantizer`` is an
     int8 quantiser calibrated for this configuration, for document vectors kept as int8.
+
+    ``encoder_vectors`` are the encoder's full output before compression, for rescoring from
+    source ``"encoder"``; ``encoder_rescore_quantizer`` holds the int8 ranges of their
+    normalised rows. ``rescoring`` is the configuration's own way to search (a
+    :class:`~demitasse.model.CompressedModel` that rescores): then retrieval searches only
+    that way, and a pair's similarity is the rescoring score, the first text as the query
+    and the second as a kept document, since the rescoring decides what a search returns.
     """
 
     def __init__(
@@ -48,6 +57,9 @@ class EmbeddedTexts:
         *,
         vectors: np.ndarray | None = None,
         rescore_quantizer: Quantizer | None = None,
+        encoder_vectors: np.ndarray | None = None,
+        encoder_rescore_quantizer: Quantizer | None = None,
+        rescoring: Rescoring | None = None,
     ):
         self._row = {text: i for i, text in enumerate(texts)}
         self.codes = codes
@@ -55,6 +67,9 @@ class EmbeddedTexts:
         self.dim = dim
         self.vectors = vectors
         self.rescore_quantizer = rescore_quantizer
+        self.encoder_vectors = encoder_vectors
+        self.encoder_rescore_quantizer = encoder_rescore_quantizer
+        self.rescoring = rescoring
 
     @property
     def precision(self) -> str:
@@ -76,6 +91,41 @@ class EmbeddedTexts:
             raise DataError("these embeddings carry no float vectors (needed for rescoring)")
         return np.ascontiguousarray(self.vectors[self.rows(texts)], dtype=np.float32)
 
+    def encoder_vectors_of(self, texts: Sequence[str]) -> np.ndarray:
+        """The encoder's full output of ``texts``, L2-normalised (float32)."""
+        if self.encoder_vectors is None:
+            raise DataError(
+                "these embeddings carry no encoder vectors (needed for rescoring with the "
+                "encoder's full output)"
+            )
+        return unit_rows(self.encoder_vectors[self.rows(texts)])
+
+    def rescoring_queries(self, texts: Sequence[str], rescoring: Rescoring) -> np.ndarray:
+        """The float vectors ``texts`` rescore with, as queries."""
+        if rescoring.source == "encoder":
+            return self.encoder_vectors_of(texts)
+        return self.vectors_of(texts)
+
+    def rescoring_store(
+        self, texts: Sequence[str], rescoring: Rescoring
+    ) -> tuple[np.ndarray, Quantizer | None]:
+        """The vectors kept for rescoring ``texts`` as documents, and the int8 quantiser
+        that made them (None for float32 ones)."""
+        if rescoring.source == "encoder":
+            vectors = self.encoder_vectors_of(texts)
+            quantizer, attribute = self.encoder_rescore_quantizer, "encoder_rescore_quantizer"
+        else:
+            vectors = self.vectors_of(texts)
+            quantizer, attribute = self.rescore_quantizer, "rescore_quantizer"
+        if rescoring.precision == "float32":
+            return vectors, None
+        if quantizer is None or quantizer.precision != "int8":
+            raise DataError(
+                "int8 rescoring needs an int8 quantiser calibrated for this configuration "
+                f"(EmbeddedTexts.{attribute})"
+            )
+        return quantizer.quantize(vectors), quantizer
+
     def features_of(self, texts: Sequence[str]) -> np.ndarray:
         """float32 features for a learned probe: the vector, the int8 codes, or the bits as 0/1."""
         codes = self.codes_of(texts)
@@ -84,8 +134,23 @@ class EmbeddedTexts:
         return codes.astype(np.float32)
 
     def paired_similarity(self, left: Sequence[str], right: Sequence[str]) -> np.ndarray:
-        """Similarity of ``left[i]`` with ``right[i]``, as the precision's index would score it."""
+        """Similarity of ``left[i]`` with ``right[i]``, as the precision's index would score it
+        (with the configuration's own ``rescoring``: as its rescoring scores it)."""
+        if self.rescoring is not None:
+            return self._rescored_similarity(left, right, self.rescoring)
         return self.quantizer.similarity(self.codes_of(left), self.codes_of(right), dim=self.dim)
+
+    def _rescored_similarity(
+        self, left: Sequence[str], right: Sequence[str], rescoring: Rescoring
+    ) -> np.ndarray:
+        # The same arithmetic as QuantizedIndex.rescore_scores (cosine space): the float
+        # query against the kept vector, int8 ones as their bucket centres.
+        queries = unit_rows(self.rescoring_queries(left, rescoring))
+        kept, quantizer = self.rescoring_store(right, rescoring)
+        if isinstance(quantizer, Int8Quantizer):
+            kept = quantizer.dequantize(kept)
+        documents = unit_rows(kept)
+        return np.einsum("ne,ne->n", documents, queries).astype(np.float64)
 
 
 class Task(ABC):

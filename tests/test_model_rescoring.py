@@ -1,0 +1,289 @@
+# ruff: noqa: N803, N806  (scikit-learn convention: matrices are capitalised)
+"""Rescoring travels with the model: fitted, saved and loaded with it, and searched the same
+way by the model, by a bare QuantizedIndex and by the evaluation."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from demitasse import CompressedModel
+from demitasse.compress import make_quantizer
+from demitasse.data import ScoredPairs
+from demitasse.data.beir import BeirDataset
+from demitasse.errors import CompressorError, DemitasseError
+from demitasse.evaluation import RetrievalTask, STSTask, evaluate_model, evaluate_run
+from demitasse.evaluation.sts import spearman_x100
+from demitasse.search import QuantizedIndex
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("faiss") is None, reason="faiss-cpu (the retrieval extra) is absent"
+)
+
+WIDTH = 32
+
+
+def clustered(n: int, seed: int, centres: int = 20) -> np.ndarray:
+    """Vectors around a few centres, so neighbourhoods exist and compression blurs them."""
+    rng = np.random.default_rng(seed)
+    means = rng.standard_normal((centres, WIDTH))
+    picked = means[rng.integers(0, centres, n)]
+    return (picked + 0.6 * rng.standard_normal((n, WIDTH))).astype(np.float32)
+
+
+def unit(X: np.ndarray) -> np.ndarray:
+    X = X.astype(np.float32)
+    return X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+class LookupEncoder:
+    """An encoder whose vector for each text is given: the evaluation sees known vectors."""
+
+    name = "lookup"
+    num_layers = 1
+    dim = WIDTH
+
+    def __init__(self, table: dict[str, np.ndarray]) -> None:
+        self.table = table
+
+    def encode(
+        self, texts: Sequence[str], layer: int | None = None, batch_size: int = 32
+    ) -> np.ndarray:
+        return np.stack([self.table[t] for t in texts]).astype(np.float32)
+
+    def encode_layers(
+        self, texts: Sequence[str], layers: Sequence[int] | None = None, batch_size: int = 32
+    ) -> dict[int, np.ndarray]:
+        return {1: self.encode(texts)}
+
+
+@pytest.fixture(scope="module")
+def docs() -> np.ndarray:
+    return clustered(500, seed=0)
+
+
+@pytest.fixture(scope="module")
+def queries() -> np.ndarray:
+    return clustered(30, seed=1)
+
+
+def rescoring_model(docs: np.ndarray, **settings: object) -> CompressedModel:
+    """PCA to 8 dims, ITQ-rotated binary codes (1 byte), rescored with the full 32 dims."""
+    model = CompressedModel(
+        compressor="pca",
+        dim=8,
+        precision="binary",
+        quantizer_params={"rotation": "itq"},
+        **settings,  # type: ignore[arg-type]
+    )
+    return model.fit(vectors=docs, fit_data="synthetic")
+
+
+def test_fit_keeps_int8_ranges_of_the_encoders_normalised_full_output(docs: np.ndarray) -> None:
+    model = rescoring_model(docs, rescore_factor=4)
+    assert model.rescores and model.rescore_precision == "int8"
+    assert model.rescore_quantizer is not None
+    assert model.rescore_quantizer.n_features_in_ == WIDTH  # before the compressor, not 8
+    expected = make_quantizer("int8").fit(unit(docs))
+    store = model.transform_for_rescoring(docs[:50])
+    assert store.dtype == np.int8 and store.shape == (50, WIDTH)
+    assert np.array_equal(store, expected.quantize(unit(docs[:50])))
+    floats = rescoring_model(docs, rescore_factor=2, rescore_precision="float32")
+    assert floats.rescore_quantizer is None
+    np.testing.assert_allclose(floats.transform_for_rescoring(docs[:5]), unit(docs[:5]), atol=1e-6)
+
+
+def test_bytes_are_reported_for_the_index_and_the_store_separately(docs: np.ndarray) -> None:
+    plain = rescoring_model(docs)
+    int8 = rescoring_model(docs, rescore_factor=4)
+    floats = rescoring_model(docs, rescore_factor=4, rescore_precision="float32")
+    assert [m.rescore_bytes_per_vector() for m in (plain, int8, floats)] == [0, WIDTH, 4 * WIDTH]
+    assert {m.bytes_per_vector(precision="binary") for m in (plain, int8, floats)} == {1}
+    index = int8.search_index(docs)
+    assert (index.index_bytes_per_vector, index.rescore_bytes_per_vector) == (1, WIDTH)
+    assert plain.search_index(docs).rescore_bytes_per_vector == 0
+
+
+def test_the_models_search_is_a_quantized_index_on_the_same_vectors(
+    docs: np.ndarray, queries: np.ndarray
+) -> None:
+    model = rescoring_model(docs, rescore_factor=4)
+    reduced = model.compress(docs)
+    by_hand = QuantizedIndex(
+        model.quantizer.quantize(reduced),
+        model.quantizer,
+        dim=8,
+        rescore_vectors=model.rescore_quantizer.quantize(unit(docs)),
+        rescore_quantizer=model.rescore_quantizer,
+    )
+    expected = by_hand.search(
+        model.compress(queries), 10, rescore_multiplier=4, rescore_queries=unit(queries)
+    )
+    index = model.search_index(docs)
+    assert np.array_equal(index.codes, by_hand.codes)
+    scores, rows = model.search(index, queries, 10)
+    assert np.array_equal(rows, expected[1])
+    np.testing.assert_allclose(scores, expected[0], rtol=1e-6)
+    # Rescoring is what changed the answer: the codes alone rank otherwise.
+    plain_rows = by_hand.search(model.compress(queries), 10)[1]
+    assert not np.array_equal(rows, plain_rows)
+    # A factor given to search overrides the model's, as the index's multiplier.
+    once = by_hand.search(
+        model.compress(queries), 10, rescore_multiplier=1, rescore_queries=unit(queries)
+    )
+    assert np.array_equal(model.search(index, queries, 10, rescore_factor=1)[1], once[1])
+    # Rescoring with the full output finds more of the full model's own neighbours.
+    truth = np.argsort(-(unit(queries) @ unit(docs).T), axis=1, kind="stable")[:, :10]
+    found = [len(set(a) & set(b)) for a, b in zip(truth, rows, strict=True)]
+    plain = [len(set(a) & set(b)) for a, b in zip(truth, plain_rows, strict=True)]
+    assert sum(found) > sum(plain)
+
+
+def test_save_and_load_keep_the_rescoring(
+    docs: np.ndarray, queries: np.ndarray, tmp_path: Path
+) -> None:
+    for precision in ("int8", "float32"):
+        model = rescoring_model(docs, rescore_factor=2.5, rescore_precision=precision)
+        model.save(tmp_path / precision)
+        config = json.loads((tmp_path / precision / "config.json").read_text())
+        assert config["format_version"] == 2
+        assert config["rescore"] == {
+            "factor": 2.5,
+            "precision": precision,
+            "quantizer": "rescore" if precision == "int8" else None,
+        }
+        assert (tmp_path / precision / "rescore").is_dir() == (precision == "int8")
+        loaded = CompressedModel.load(tmp_path / precision)
+        assert (loaded.rescore_factor, loaded.rescore_precision) == (2.5, precision)
+        assert "rescore_factor=2.5" in repr(loaded)
+        assert np.array_equal(
+            loaded.transform_for_rescoring(queries), model.transform_for_rescoring(queries)
+        )
+        before = model.search(model.search_index(docs), queries, 10)
+        after = loaded.search(loaded.search_index(docs), queries, 10)
+        assert np.array_equal(before[1], after[1]) and np.array_equal(before[0], after[0])
+        model.save(tmp_path / precision)  # a saved model's folder may be replaced
+
+
+def test_a_model_without_rescoring_saves_as_before(docs: np.ndarray, tmp_path: Path) -> None:
+    rescoring_model(docs).save(tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config["format_version"] == 1 and "rescore" not in config
+    assert not (tmp_path / "m" / "rescore").exists()
+    loaded = CompressedModel.load(tmp_path / "m")
+    assert not loaded.rescores and loaded.rescoring is None
+    assert loaded.rescore_bytes_per_vector() == 0
+
+
+def test_evaluate_model_scores_a_rescoring_model_as_it_searches(
+    docs: np.ndarray, queries: np.ndarray
+) -> None:
+    rng = np.random.default_rng(3)
+    model = rescoring_model(docs, rescore_factor=4)
+    truth = np.argsort(-(unit(queries) @ unit(docs).T), axis=1, kind="stable")
+    qrels = {f"q{i}": {f"d{j}": int(rng.integers(1, 3)) for j in truth[i, :5]} for i in range(30)}
+    dataset = BeirDataset(
+        name="Synthetic",
+        corpus_ids=[f"d{j}" for j in range(len(docs))],
+        corpus_texts=[f"doc {j}" for j in range(len(docs))],
+        query_ids=list(qrels),
+        query_texts=[f"query {i}" for i in range(len(queries))],
+        qrels=qrels,
+    )
+    table = dict(zip(dataset.corpus_texts, docs, strict=True))
+    table |= dict(zip(dataset.query_texts, queries, strict=True))
+    pairs = ScoredPairs("Pairs", dataset.query_texts, dataset.corpus_texts[:30], rng.random(30))
+    # The same fitted parts, with an encoder that embeds the texts as the vectors above.
+    encoded = CompressedModel(
+        LookupEncoder(table),
+        compressor=model.compressor,
+        precision="binary",
+        rescore_factor=4,
+    )
+    encoded.quantizer, encoded.rescore_quantizer = model.quantizer, model.rescore_quantizer
+    encoded.fit_info = model.fit_info
+    records = evaluate_model(encoded, [RetrievalTask(dataset), STSTask({"Pairs": pairs})])
+
+    _, rows = model.search(model.search_index(docs), queries, 100)
+    ids = np.asarray(dataset.corpus_ids, dtype=object)
+    run = {q: ids[r].tolist() for q, r in zip(dataset.query_ids, rows, strict=True)}
+    expected = evaluate_run(run, qrels)
+    retrieval = {r.metric: r for r in records if r.task == "retrieval"}
+    assert set(retrieval) == set(expected)
+    for metric, value in expected.items():
+        assert retrieval[metric].score == pytest.approx(value)
+    described = {
+        "rescore": 4, "rescore_precision": "int8", "rescore_source": "encoder",
+        "index_bytes_per_vector": 1, "rescore_bytes_per_vector": WIDTH,
+    }  # fmt: skip
+    for record in records:
+        assert described.items() <= record.extra.items()
+        assert record.bytes_per_vector == 1
+    # A pair scores as rescoring scores it: the float query against the kept int8 vector.
+    kept = model.rescore_quantizer.dequantize(model.transform_for_rescoring(docs[:30]))
+    similarity = (unit(kept) * unit(queries)).sum(axis=1)
+    (sts,) = [r for r in records if r.task == "sts"]
+    assert sts.score == pytest.approx(spearman_x100(similarity, pairs.scores))
+
+
+def test_bad_rescoring_settings_fail_in_one_line(docs: np.ndarray, tmp_path: Path) -> None:
+    bad = [
+        ({"rescore_precision": "int8"}, "needs rescore_factor"),
+        ({"rescore_factor": 0.5}, "rescore_factor must be a number ≥ 1"),
+        ({"rescore_factor": True}, "rescore_factor must be a number ≥ 1"),
+        ({"rescore_factor": float("nan")}, "rescore_factor must be a number ≥ 1"),
+        ({"rescore_factor": 2, "rescore_precision": "binary"}, "rescore_precision must be one"),
+    ]
+    for settings, message in bad:
+        with pytest.raises(CompressorError, match=message):
+            CompressedModel(compressor="pca", dim=4, **settings)  # type: ignore[arg-type]
+    plain = rescoring_model(docs)
+    with pytest.raises(CompressorError, match="does not rescore"):
+        plain.transform_for_rescoring(docs)
+    with pytest.raises(CompressorError, match="does not rescore"):
+        plain.search(plain.search_index(docs), docs[:2], rescore_factor=4)
+    with pytest.raises(CompressorError, match="not fitted"):
+        CompressedModel(compressor="pca", dim=4, rescore_factor=2).search_index(docs)
+    model = rescoring_model(docs, rescore_factor=2)
+    with pytest.raises(DemitasseError, match="vectors have 8 dimensions but this model takes 32"):
+        model.search_index(docs[:, :8])
+
+
+def test_damaged_rescoring_in_a_saved_model_is_a_one_line_error(
+    docs: np.ndarray, tmp_path: Path
+) -> None:
+    rescoring_model(docs, rescore_factor=2).save(tmp_path / "good")
+
+    def damaged(name: str, rescore: object) -> Path:
+        target = shutil.copytree(tmp_path / "good", tmp_path / name)
+        config = json.loads((target / "config.json").read_text())
+        config["rescore"] = rescore
+        (target / "config.json").write_text(json.dumps(config))
+        return target
+
+    cases = [
+        (damaged("no-factor", {"factor": None, "precision": "int8", "quantizer": "rescore"}),
+         "needs rescore_factor"),
+        (damaged("small", {"factor": 0, "precision": "int8", "quantizer": "rescore"}),
+         "rescore_factor must be a number"),
+        (damaged("missing", {"factor": 2, "precision": "int8", "quantizer": None}),
+         "int8 rescoring needs rescore/"),
+        (damaged("extra", {"factor": 2, "precision": "float32", "quantizer": "rescore"}),
+         "float32 rescoring takes no rescore/"),
+        (damaged("not-an-object", 5), "bad 'rescore'"),
+    ]  # fmt: skip
+    for folder, message in cases:
+        with pytest.raises(CompressorError, match=message):
+            CompressedModel.load(folder)
+    wrong = tmp_path / "wrong-width"
+    shutil.copytree(tmp_path / "good", wrong)
+    shutil.rmtree(wrong / "rescore")
+    make_quantizer("int8").fit(docs[:, :8]).save(wrong / "rescore")
+    with pytest.raises(CompressorError, match="int8 ranges of the encoder's 32 dims"):
+        CompressedModel.load(wrong)
