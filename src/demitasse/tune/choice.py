@@ -96,7 +96,7 @@ class Target:
     def describe_limits(self) -> str:
         parts = []
         if self.max_bytes is not None:
-            parts.append(f"at most {self.max_bytes} index bytes a vector")
+            parts.append(f"at most {index_bytes(self.max_bytes)} a vector")
         if self.min_speed is not None:
             parts.append(f"at least {self.min_speed:g} texts/s")
         return " and ".join(parts)
@@ -125,6 +125,11 @@ class Requirement:
     def retention(self, outcome: Outcome) -> float | None:
         """The outcome's quality as a share of the full model's."""
         return outcome.quality / self.full_quality if self.full_quality else None
+
+
+def index_bytes(n: int) -> str:
+    """``1 index byte``, ``8 index bytes``."""
+    return f"{n} index byte{'' if n == 1 else 's'}"
 
 
 def requirement(kind: str, full_quality: float, target: Target) -> Requirement:

@@ -25,8 +25,8 @@ logger = logging.getLogger(__name__)
 #: at most one chunk of work.
 EMBED_CHUNK = 1024
 #: Texts the encoding speed is timed on (a fixed sample of the corpus), and timed runs.
-SPEED_TEXTS = 256
-SPEED_REPEATS = 3
+SPEED_TEXTS = 128
+SPEED_REPEATS = 2
 
 
 @dataclass

@@ -23,6 +23,7 @@ from demitasse.tune.choice import (
     Requirement,
     Target,
     choose,
+    index_bytes,
     pareto_front,
     requirement,
 )
@@ -146,7 +147,7 @@ def _not_met(exc: NoConfigurationError, needed: Requirement, work_dir: Path) -> 
         )
         message += (
             f"; the best reached is {needed.metric} {best.quality:.2f}{share}: "
-            f"{best.config.describe()}, {best.index_bytes} index bytes a vector"
+            f"{best.config.describe()}, {index_bytes(best.index_bytes)} a vector"
         )
     return f"{message}. The sweep is kept in {work_dir}: rerun with --resume and another target"
 
