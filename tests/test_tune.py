@@ -32,8 +32,7 @@ from demitasse.tune import (
 )
 from demitasse.tune.scoring import TOP_K, Scorer
 from demitasse.tune.space import EncoderLayers, halving_dims, parse_methods
-from demitasse.tune.store import ResultsStore
-from demitasse.tune.sweep import STORE_FILE
+from demitasse.tune.store import STORE_FILE, ResultsStore
 from tests.helpers import WORDS, build_tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -16,15 +16,6 @@ TUNE_HELP = "find the cheapest configuration that keeps a target quality on your
 DEFAULT_METHODS = "truncate,pca,pca-whiten,adaptor"
 
 
-def _retention(text: str) -> float:
-    value = positive_float(text)
-    if value > 1:
-        raise argparse.ArgumentTypeError(
-            f"is a share of the full model's quality in (0, 1], e.g. 0.97; got {text}"
-        )
-    return value
-
-
 def add_tune_parser(commands: Any) -> None:  # argparse's subparsers action
     """Add ``tune`` to the ``demitasse`` parser."""
     tune = commands.add_parser(
@@ -52,7 +43,7 @@ def add_tune_parser(commands: Any) -> None:  # argparse's subparsers action
     target = tune.add_argument_group("what you need (a target and/or limits)")
     target.add_argument(
         "--min-retention",
-        type=_retention,
+        type=positive_float,
         default=None,
         help="keep this share of the full model's quality, e.g. 0.97",
     )

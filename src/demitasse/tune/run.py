@@ -31,6 +31,7 @@ from demitasse.tune.data import TuneData
 from demitasse.tune.output import WrittenModel, outcome_records, write_model
 from demitasse.tune.report import render_tune_report
 from demitasse.tune.space import SweepSpace
+from demitasse.tune.store import check_work_dir
 from demitasse.tune.sweep import Sweep, SweepSettings
 
 logger = logging.getLogger(__name__)
@@ -71,7 +72,9 @@ def tune(
     """Sweep ``model`` (and ``static``) on ``data``, choose by ``target``, write the chosen
     model to ``out``; records and the report go to ``settings.work_dir``."""
     started = time.perf_counter()
-    out = check_model_target(out)  # refused now, not after the sweep
+    # Refused now, not after the sweep.
+    out = check_model_target(out)
+    check_work_dir(settings.work_dir, resume=settings.resume)
     sweep = Sweep(
         model,
         data,

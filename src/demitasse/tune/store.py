@@ -22,6 +22,33 @@ logger = logging.getLogger(__name__)
 
 STORE_KIND = "demitasse-tune-results"
 STORE_VERSION = 1
+STORE_FILE = "sweep.jsonl"
+#: What a tune writes into its work folder; a folder holding anything else is someone's.
+WORK_ENTRIES = frozenset({STORE_FILE, "embeddings", "results.json", "report"})
+
+
+def check_work_dir(work_dir: str | Path, *, resume: bool) -> Path:
+    """``work_dir`` as a Path if a tune may work there: nothing yet, an empty folder, or a
+    tune's work folder (holding a sweep only with ``resume``). Anything else is refused in one
+    line before any work starts."""
+    work_dir = Path(work_dir)
+    if work_dir.is_symlink() or (work_dir.exists() and not work_dir.is_dir()):
+        raise DataError(f"--work-dir {work_dir} is not a folder")
+    if not work_dir.exists():
+        return work_dir
+    names = {entry.name for entry in work_dir.iterdir()}
+    foreign = sorted(n for n in names - WORK_ENTRIES if not n.startswith(".dt-"))
+    if foreign:
+        raise DataError(
+            f"refusing to work in {work_dir}: it holds {foreign[0]!r}, which no tune wrote; "
+            "choose a new or empty --work-dir"
+        )
+    if STORE_FILE in names and not resume:
+        raise DataError(
+            f"{work_dir} holds an earlier sweep: pass --resume to continue it (finished "
+            "configurations are not measured again), or choose another --work-dir"
+        )
+    return work_dir
 
 
 class ResultsStore:

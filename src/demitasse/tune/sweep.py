@@ -36,11 +36,10 @@ from demitasse.tune.space import (
     SweepSpace,
     compressor_of,
 )
-from demitasse.tune.store import ResultsStore
+from demitasse.tune.store import STORE_FILE, ResultsStore
 
 logger = logging.getLogger(__name__)
 
-STORE_FILE = "sweep.jsonl"
 #: What the first adaptor fit is assumed to take, before one has been timed.
 ADAPTOR_GUESS_SECONDS = 60.0
 
