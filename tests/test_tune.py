@@ -517,7 +517,7 @@ def test_the_adaptor_is_swept_within_the_time_budget_only(
         space=space,
     )
     assert {o.config.method for o in skipped.outcomes} == {"none"}
-    assert "adaptor at 8 dims skipped" in caplog.text
+    assert "the adaptor is left out from 8 dims on" in caplog.text
     swept = tune(
         str(tiny_model),
         data,

@@ -154,4 +154,6 @@ def _print_result(result: Any) -> None:
         f"{needed.metric} {chosen.quality:.2f}"
     )
     print(f"model: {written.path} (scored again from disk: {needed.metric} {written.quality:.2f})")
-    print(f"records: {result.records}; report: {result.report.html} ({result.seconds:.0f} s)")
+    print(f"records: {result.records}; report: {result.report.html}")
+    stages = ", ".join(f"{stage} {seconds:.0f} s" for stage, seconds in result.seconds.items())
+    print(f"wall time: {result.total_seconds:.0f} s ({stages})")

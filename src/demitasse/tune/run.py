@@ -52,7 +52,11 @@ class TuneResult:
     speeds: list[ResultRecord]
     records: Path
     report: ReportPaths
-    seconds: float
+    seconds: dict[str, float]  # wall time of each stage
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(self.seconds.values())
 
     @property
     def front(self) -> list[Outcome]:
@@ -71,25 +75,21 @@ def tune(
 ) -> TuneResult:
     """Sweep ``model`` (and ``static``) on ``data``, choose by ``target``, write the chosen
     model to ``out``; records and the report go to ``settings.work_dir``."""
-    started = time.perf_counter()
+    laps = Laps()
     # Refused now, not after the sweep.
     out = check_model_target(out)
     check_work_dir(settings.work_dir, resume=settings.resume)
-    sweep = Sweep(
-        model,
-        data,
-        space or SweepSpace(search=data.kind != "pairs"),
-        settings,
-        static=static,
-        started=started,
-    )
+    space = space or SweepSpace(search=data.kind != "pairs")
+    sweep = Sweep(model, data, space, settings, static=static, started=laps.started)
     sweep.embed()
+    laps.lap("embedding")
     _check_bytes(sweep.space, target)
     sweep.open_store()
     _check_speeds(sweep.measure_speeds(), target)
+    laps.lap("encoding speed")
     outcomes = sweep.run()
-    full = sweep.full_outcome()
-    needed = requirement(data.kind, full.quality, target)
+    laps.lap("sweep")
+    needed = requirement(data.kind, sweep.full_outcome().quality, target)
     fit_data = f"{data.name} corpus"
     try:
         chosen = choose(outcomes, target, needed)
@@ -97,20 +97,30 @@ def tune(
         _write_results(sweep, outcomes, needed, None, fit_data)
         raise DataError(_not_met(exc, needed, settings.work_dir)) from None
     encoded = sweep.encoder(chosen.config.encoder)
+    vectors = sweep.layer_vectors(encoded, chosen.config.layer)
     written = write_model(
-        chosen,
-        encoded,
-        sweep.layer_vectors(encoded, chosen.config.layer),
-        sweep.scorer(),
-        out,
-        fit_data=fit_data,
+        chosen, encoded, vectors, sweep.scorer(), out, fit_data=fit_data,
         batch_size=settings.batch_size,
-    )
+    )  # fmt: skip
     records, report = _write_results(sweep, outcomes, needed, chosen, fit_data)
-    seconds = time.perf_counter() - started
+    laps.lap("model, records and report")
+    full = sweep.full_outcome()
     return TuneResult(
-        outcomes, full, needed, chosen, written, sweep.speeds, records, report, seconds
+        outcomes, full, needed, chosen, written, sweep.speeds, records, report, laps.seconds
     )
+
+
+class Laps:
+    """Wall time of each stage of a tune."""
+
+    def __init__(self) -> None:
+        self.started = self._mark = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.seconds[stage] = now - self._mark
+        self._mark = now
 
 
 def _check_bytes(space: SweepSpace, target: Target) -> None:

@@ -73,6 +73,8 @@ class Sweep:
     started: float = field(default_factory=time.perf_counter)
     _rows: TextRows = field(default_factory=lambda: TextRows([]))
     _adaptor_seconds: float | None = None
+    _adaptor_out_of_time: bool = False
+    _measured: int = 0
 
     def embed(self) -> None:
         """Embed every text with every encoder (from the work folder's cache when there)."""
@@ -164,7 +166,7 @@ class Sweep:
                     self._run_group(encoded, layer, method, todo, scorer, bar)
         finally:
             bar.close()
-        logger.info("%d configurations measured (%d stored)", len(pending), len(store))
+        logger.info("%d configurations measured (%d stored)", self._measured, len(store))
         return self.outcomes()
 
     def outcomes(self) -> list[Outcome]:
@@ -266,21 +268,26 @@ class Sweep:
         return compressor
 
     def _adaptor_fits_in_budget(self, dim: int) -> bool:
+        """Whether the adaptor may train at ``dim``: the time spent plus its last fit stays
+        within the budget (once it does not, no later width is tried either)."""
         budget = self.settings.time_budget
         if budget is None:
             return True
+        if self._adaptor_out_of_time:
+            return False
         spent = time.perf_counter() - self.started
         expected = self._adaptor_seconds or ADAPTOR_GUESS_SECONDS
         if spent + expected <= budget:
             return True
         logger.warning(
-            "adaptor at %d dims skipped: %.0f s spent, about %.0f s more would pass the time "
-            "budget of %.0f s (--time-budget)",
+            "the adaptor is left out from %d dims on: %.0f s spent, and about %.0f s more "
+            "per width would pass the time budget of %.0f s (--time-budget)",
             dim,
             spent,
             expected,
             budget,
         )
+        self._adaptor_out_of_time = True
         return False
 
     def _measure(
@@ -311,6 +318,7 @@ class Sweep:
                 "extra": latency.as_extra(),
             }
         self._store().append(entry)
+        self._measured += 1
 
 
 def _compressing(compressor: Compressor | None, dim: int) -> Callable[[np.ndarray], np.ndarray]:
