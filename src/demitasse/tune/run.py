@@ -89,7 +89,7 @@ def tune(
     laps.lap("encoding speed")
     outcomes = sweep.run()
     laps.lap("sweep")
-    needed = requirement(data.kind, sweep.full_outcome().quality, target)
+    needed = requirement(data.kind, sweep.full_outcome(), target)
     fit_data = f"{data.name} corpus"
     try:
         chosen = choose(outcomes, target, needed)

@@ -26,7 +26,7 @@ from demitasse.arrays import unit_rows
 from demitasse.compress import Quantizer, make_quantizer
 from demitasse.errors import DataError
 from demitasse.evaluation.label_free import neighbourhood_agreement
-from demitasse.evaluation.ranking_metrics import evaluate_run
+from demitasse.evaluation.ranking_metrics import evaluate_run, ndcg_at_k
 from demitasse.metrics import spearman_x100
 from demitasse.search import QuantizedIndex, SearchLatency, measure_search_latency
 from demitasse.tune.data import TuneData
@@ -134,21 +134,33 @@ class Scorer:
 
     def quality(self, side: SearchSide | PairSide, factor: float | None) -> dict[str, float]:
         """Every metric of the data's kind, ×100 (the headline one first)."""
+        return self.measure(side, factor)[0]
+
+    def measure(
+        self, side: SearchSide | PairSide, factor: float | None
+    ) -> tuple[dict[str, float], np.ndarray | None]:
+        """:meth:`quality`, and the headline metric of each query ×100 where the headline is
+        a mean over queries (judged retrieval; None otherwise)."""
         if isinstance(side, PairSide):
             assert self.data.pairs is not None
             similarity = side.quantizer.similarity(side.left, side.right, dim=side.dim)
-            return {"spearman": spearman_x100(similarity, self.data.pairs.scores)}
+            return {"spearman": spearman_x100(similarity, self.data.pairs.scores)}, None
         if self.data.kind == "retrieval":
             return self._judged(side, factor)
-        return self._label_free(side, factor)
+        return self._label_free(side, factor), None
 
-    def _judged(self, side: SearchSide, factor: float | None) -> dict[str, float]:
+    def _judged(
+        self, side: SearchSide, factor: float | None
+    ) -> tuple[dict[str, float], np.ndarray]:
         dataset = self.data.dataset
         assert dataset is not None
         ids = np.asarray(dataset.corpus_ids, dtype=object)
         rows = side.search(factor)
         run = {q: ids[hits].tolist() for q, hits in zip(dataset.query_ids, rows, strict=True)}
-        return evaluate_run(run, dataset.qrels, RETRIEVAL_METRICS)
+        per_query = [
+            ndcg_at_k(run.get(q, []), judged, TOP_K) for q, judged in dataset.qrels.items()
+        ]
+        return evaluate_run(run, dataset.qrels, RETRIEVAL_METRICS), 100 * np.asarray(per_query)
 
     def _label_free(self, side: SearchSide, factor: float | None) -> dict[str, float]:
         agreement = neighbourhood_agreement(

@@ -21,7 +21,8 @@ from demitasse.io import atomic_write_text, strict_json
 logger = logging.getLogger(__name__)
 
 STORE_KIND = "demitasse-tune-results"
-STORE_VERSION = 1
+#: 2: judged retrieval entries carry the spread of their per-query scores.
+STORE_VERSION = 2
 STORE_FILE = "sweep.jsonl"
 #: What a tune writes into its work folder; a folder holding anything else is someone's.
 WORK_ENTRIES = frozenset({STORE_FILE, "embeddings", "results.json", "report"})

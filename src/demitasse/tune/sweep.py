@@ -180,21 +180,33 @@ class Sweep:
 
     def full_outcome(self) -> Outcome:
         """The full model: the main encoder's last layer, its vectors as they are."""
-        main = self.main
-        config = Configuration(main.name, main.last_layer, "none", main.dim, "float32")
+        config = self.full_configuration()
         entry = self._entry(config)
         if entry is None:
             raise DataError("the full model has not been measured yet")
         return self._outcome(config, entry)
 
     def _groups(self) -> Iterator[tuple[EncodedTexts, int, str]]:
-        """(encoder, layer, method) in sweep order: the adaptor after everything else."""
+        """(encoder, layer, method) in sweep order: the full model's first (every other
+        configuration is compared with it), the adaptor after everything else."""
+        first = (self.main, self.main.last_layer, "none")
+        yield first
         for late in (False, True):
             for encoded in self.encoders:
                 for layer in encoded.layers:
                     for method in self.space.methods:
-                        if (method == "adaptor") == late:
+                        if (method == "adaptor") == late and (encoded, layer, method) != first:
                             yield encoded, layer, method
+
+    def full_configuration(self) -> Configuration:
+        main = self.main
+        return Configuration(main.name, main.last_layer, "none", main.dim, "float32")
+
+    def _full_per_query(self) -> np.ndarray | None:
+        """The full model's headline per query (judged retrieval), from its stored entry."""
+        entry = self._entry(self.full_configuration())
+        found = None if entry is None else entry.get("per_query")
+        return None if found is None else np.asarray(found, dtype=np.float64)
 
     def _entry(self, config: Configuration) -> dict[str, Any] | None:
         fingerprint = self.encoder(config.encoder).fingerprint
@@ -211,6 +223,7 @@ class Sweep:
             latency_p50_ms=entry.get("latency_p50_ms"),
             latency_p99_ms=entry.get("latency_p99_ms"),
             extra=dict(entry.get("extra", {})),
+            spread=_read_spread(entry.get("spread")),
         )
 
     def layer_vectors(self, encoded: EncodedTexts, layer: int) -> LayerVectors:
@@ -298,7 +311,7 @@ class Sweep:
         encoded: EncodedTexts,
     ) -> None:
         began = time.perf_counter()
-        scores = scorer.quality(side, config.rescore)
+        scores, per_query = scorer.measure(side, config.rescore)
         latency = scorer.latency(side, config.rescore)
         entry: dict[str, Any] = {
             "kind": "configuration",
@@ -317,8 +330,30 @@ class Sweep:
                 "latency_p99_ms": latency.p99_ms,
                 "extra": latency.as_extra(),
             }
+        if per_query is not None:
+            if config == self.full_configuration():
+                entry["per_query"] = per_query.tolist()
+            full = self._full_per_query()
+            entry["spread"] = _spread(per_query, per_query if full is None else full)
         self._store().append(entry)
         self._measured += 1
+
+
+def _spread(per_query: np.ndarray, full: np.ndarray) -> list[float]:
+    """Variance of a configuration's per-query headline, its covariance with the full
+    model's (both with n − 1) and n: what the paired confidence bound of the choice needs."""
+    n = len(per_query)
+    if n < 2:
+        return [0.0, 0.0, n]
+    covariance = np.cov(per_query, full, ddof=1)
+    return [float(covariance[0, 0]), float(covariance[0, 1]), n]
+
+
+def _read_spread(stored: Any) -> tuple[float, float, int] | None:
+    if stored is None:
+        return None
+    variance, covariance, n = stored
+    return float(variance), float(covariance), int(n)
 
 
 def _compressing(compressor: Compressor | None, dim: int) -> Callable[[np.ndarray], np.ndarray]:
