@@ -181,14 +181,18 @@ def test_the_choice_is_the_fewest_index_bytes_that_meet_the_target() -> None:
     needed = requirement("retrieval", full.quality, Target(min_retention=0.97))
     assert needed.required == pytest.approx(62.08)
     assert choose(outcomes, Target(min_retention=0.97), needed).config.encoder == "enough"
-    # Ties on index bytes: less rescoring storage, then a faster encoder, then lower latency.
+    # Ties on index bytes: less rescoring storage, then a faster encoder, then the better,
+    # and only then the lower query latency.
     tied = [
         _outcome("store", 8, 63.0, rescore_bytes=384),
-        _outcome("bare", 8, 62.2),
-        _outcome("slow", 8, 62.2, speed=10.0),
+        _outcome("slow", 8, 63.0, speed=10.0),
+        _outcome("worse", 8, 62.2),
         _outcome("laggy", 8, 62.9, latency=5.0),
+        _outcome("quick", 8, 62.9, latency=1.0),
     ]
-    assert choose(tied, Target(min_retention=0.97), needed).config.encoder == "bare"
+    target = Target(min_retention=0.97)
+    assert choose(tied, target, needed).config.encoder == "quick"
+    assert choose(tied[:4], target, needed).config.encoder == "laggy"
     # Limits rule configurations out before the target is looked at.
     fast = Target(min_retention=0.9, min_speed=50)
     slow_cheap = [_outcome("slow", 4, 63.0, speed=10.0), _outcome("fast", 16, 63.0)]

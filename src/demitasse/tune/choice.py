@@ -23,8 +23,11 @@ kept 96.7 %, the second 99.7 %.
 **The choice.** Among the configurations within the limits (``max_bytes`` index bytes per
 vector, ``min_speed`` texts per second of the encoder on this machine) that meet the target,
 the one with the fewest index bytes; ties go to the one keeping fewer bytes for rescoring,
-then to the faster (encoding speed, then query latency), then to the better. With limits but no
-target, the best quality within the limits (ties: the cheaper).
+then to the faster encoder (its layer cut, or a static model), then to the better, and only
+then to the lower query latency: one query's search over codes takes a fraction of a
+millisecond whatever the configuration, and those timings change from run to run on a busy
+machine, so they must not outrank a quality difference. With limits but no target, the best
+quality within the limits (ties: the cheaper).
 """
 
 from __future__ import annotations
@@ -73,8 +76,8 @@ class Outcome:
             self.index_bytes,
             self.rescore_bytes,
             -(self.speed or 0.0),
-            self.latency_p50_ms if self.latency_p50_ms is not None else math.inf,
             -self.quality,
+            self.latency_p50_ms if self.latency_p50_ms is not None else math.inf,
         )
 
 
