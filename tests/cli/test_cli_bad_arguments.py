@@ -49,6 +49,16 @@ VALID = {
     "export": ["{tiny}", "--layer", "1", "--out", "{new}/export"],
     "distill-static": ["--corpus", "{texts}", "--teacher", "{tiny}", "--out", "{new}/static"],
     "demo": ["--model", "{tiny}", "--out", "{new}/demo"],
+    "tune": [
+        "--model",
+        "{tiny}",
+        "--corpus",
+        "{texts}",
+        "--min-retention",
+        "0.9",
+        "--out",
+        "{new}/model",
+    ],
 }
 
 # (command, arguments, a piece of the one-line message)
@@ -324,6 +334,44 @@ ROWS: list[tuple[str, list[str], str]] = [
         "distill-static",
         ["--corpus", "{texts}", "--teacher", "{missing}", "--out", "{new}/static"],
         "missing",
+    ),
+    # tune
+    ("tune", [], "--out"),
+    ("tune", ["--out", "{new}/m", "--min-retention", "0.9"], "give the data to tune on"),
+    ("tune", ["--corpus", "{texts}", "--out", "{new}/m"], "nothing to choose by"),
+    ("tune", ["--corpus", "{texts}", "--min-retention", "1.5", "--out", "{new}/m"], "(0, 1]"),
+    ("tune", ["--corpus", "{missing}.txt", "--max-bytes", "8", "--out", "{new}/m"], "missing"),
+    ("tune", ["--corpus", "{empty}", "--max-bytes", "8", "--out", "{new}/m"], "empty.txt"),
+    ("tune", ["--corpus", "{vectors}", "--max-bytes", "8", "--out", "{new}/m"], "v.npy"),
+    ("tune", ["--queries", "{texts}", "--max-bytes", "8", "--out", "{new}/m"], "--corpus"),
+    (
+        "tune",
+        ["--corpus", "{texts}", "--qrels", "{texts}", "--max-bytes", "8", "--out", "{new}/m"],
+        "give all three",
+    ),
+    (
+        "tune",
+        ["--beir", "{missing}", "--corpus", "{texts}", "--max-bytes", "8", "--out", "{new}/m"],
+        "--beir",
+    ),
+    ("tune", ["--beir", "{missing}", "--max-bytes", "8", "--out", "{new}/m"], "missing"),
+    ("tune", ["--pairs", "{texts}", "--max-bytes", "8", "--out", "{new}/m"], "texts.txt"),
+    (
+        "tune",
+        ["--corpus", "{texts}", "--max-bytes", "8", "--methods", "smec", "--out", "{new}/m"],
+        "unknown tune method 'smec'",
+    ),
+    ("tune", ["--corpus", "{texts}", "--max-bytes", "8", "--out", "{victim}"], "refusing"),
+    ("tune", ["--corpus", "{texts}", "--max-bytes", "8", "--out", "{notes}"], "refusing"),
+    (
+        "tune",
+        ["--corpus", "{texts}", "--max-bytes", "8", "--out", "{new}/m", "--work-dir", "{victim}"],
+        "thesis.tex",
+    ),
+    (
+        "tune",
+        ["--corpus", "{texts}", "--max-bytes", "8", "--out", "{new}/m", "--work-dir", "{notes}"],
+        "not a folder",
     ),
     # demo
     ("demo", ["--out", "{new}/demo"], "DEMITASSE_DATA"),

@@ -29,6 +29,7 @@ from demitasse.cli.model_commands import (
     run_fit,
     run_transform,
 )
+from demitasse.cli.tune_command import add_tune_parser, run_tune
 from demitasse.errors import DemitasseError, single_line
 from demitasse.io import atomic_directory, check_directory_target, handle_termination
 
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report_parser(commands)
     _add_train_parser(commands)
     add_model_commands(commands)
+    add_tune_parser(commands)
     _add_distill_static_parser(commands)
     _add_demo_parser(commands)
     return parser
@@ -374,6 +376,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             "demo": _run_demo,
             "eval": _run_eval,
             "fit": run_fit,
+            "tune": run_tune,
             "encode": run_encode,
             "transform": run_transform,
             "report": _run_report,

@@ -6,6 +6,7 @@ Every user-caused problem raises :class:`DataError`.
 
 from demitasse.data.augment import perturb_sentence, perturb_sentences
 from demitasse.data.beir import BeirDataset, load_beir, load_beir_folders, load_retrieval
+from demitasse.data.documents import read_documents
 from demitasse.data.embeddings import (
     check_embeddings_target,
     check_finite,
@@ -99,6 +100,7 @@ __all__ = [
     "perturb_sentence",
     "perturb_sentences",
     "read_corpus",
+    "read_documents",
     "read_texts",
     "resolve_data_dir",
     "save_embeddings",

@@ -1,0 +1,159 @@
+"""``demitasse tune``: the cheapest configuration of a model that keeps what the user needs on
+their own data, written as a model directory. The command parses its options, calls
+:func:`demitasse.tune.tune` and prints the Pareto front and what it chose."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from demitasse.cli.arguments import positive_float, positive_int
+
+TUNE_HELP = "find the cheapest configuration that keeps a target quality on your data"
+DEFAULT_METHODS = "truncate,pca,pca-whiten,adaptor"
+
+
+def add_tune_parser(commands: Any) -> None:  # argparse's subparsers action
+    """Add ``tune`` to the ``demitasse`` parser."""
+    tune = commands.add_parser(
+        "tune",
+        help=TUNE_HELP,
+        description="Sweep layer cuts, compressors, widths, precisions and rescoring on your "
+        "data; print the Pareto front of quality against index bytes; write the cheapest "
+        "configuration that meets the target as a model directory (encode, eval and export "
+        "take it), with records and an HTML report in the work folder.",
+    )
+    tune.add_argument("--model", default="all-MiniLM-L6-v2", help="encoder: name or directory")
+    tune.add_argument("--static", default=None, help="also sweep this static model directory")
+    data = tune.add_argument_group(
+        "your data: --beir, or --corpus/--queries/--qrels, or --pairs, or --corpus alone "
+        "(optionally with --queries: then the label-free estimate decides)"
+    )
+    data.add_argument("--beir", default=None, help="BEIR folder (corpus, queries, qrels/)")
+    data.add_argument("--split", default="test", help="qrels split of --beir (default test)")
+    data.add_argument(
+        "--corpus", default=None, help="documents: .jsonl, .tsv, .csv, .parquet, .txt"
+    )
+    data.add_argument("--queries", default=None, help="queries: .jsonl, .tsv, .csv, .parquet, .txt")
+    data.add_argument("--qrels", default=None, help="judgements: .tsv (query, doc, score)")
+    data.add_argument("--pairs", default=None, help="scored pairs: sentence1, sentence2, score")
+    target = tune.add_argument_group("what you need (a target and/or limits)")
+    target.add_argument(
+        "--min-retention",
+        type=positive_float,
+        default=None,
+        help="keep this share of the full model's quality, e.g. 0.97",
+    )
+    target.add_argument(
+        "--max-bytes",
+        type=positive_int,
+        default=None,
+        help="at most N index bytes per vector (held in memory)",
+    )
+    target.add_argument(
+        "--min-speed",
+        type=positive_float,
+        default=None,
+        help="at least N texts/s of encoding on this machine",
+    )
+    _add_run_options(tune)
+
+
+def _add_run_options(tune: argparse.ArgumentParser) -> None:
+    tune.add_argument("--out", required=True, help="model directory to write")
+    tune.add_argument(
+        "--work-dir",
+        default=None,
+        help="embedding cache, sweep results, records and report (default: OUT-tune next to --out)",
+    )
+    tune.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the sweep in --work-dir: finished configurations are kept",
+    )
+    tune.add_argument(
+        "--methods",
+        default=DEFAULT_METHODS,
+        help=f"compressors to sweep besides none (default {DEFAULT_METHODS})",
+    )
+    tune.add_argument(
+        "--time-budget",
+        type=positive_float,
+        default=900.0,
+        help="seconds; the adaptor (trained last) is tried only within it",
+    )
+    tune.add_argument("--batch-size", type=positive_int, default=64)
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    from demitasse.tune import SweepSettings, SweepSpace, Target, load_tune_data, parse_methods
+    from demitasse.tune import tune as run
+
+    target = Target(args.min_retention, args.max_bytes, args.min_speed)
+    methods = parse_methods(args.methods)
+    out = Path(args.out)
+    work = Path(args.work_dir) if args.work_dir else out.with_name(out.name + "-tune")
+    data = load_tune_data(
+        beir=args.beir,
+        split=args.split,
+        corpus=args.corpus,
+        queries=args.queries,
+        qrels=args.qrels,
+        pairs=args.pairs,
+    )
+    print(f"tune: {args.model} on {data.describe()}", flush=True)
+    settings = SweepSettings(
+        work_dir=work,
+        resume=args.resume,
+        batch_size=args.batch_size,
+        time_budget=args.time_budget,
+        progress=sys.stderr.isatty() or bool(os.environ.get("DEMITASSE_PROGRESS")),
+    )
+    space = SweepSpace(methods=methods, search=data.kind != "pairs")
+    try:
+        result = run(
+            args.model, data, target, out=out, settings=settings, static=args.static, space=space
+        )
+    except KeyboardInterrupt:
+        print(
+            f"demitasse: tune: finished configurations are kept in {work}; rerun with "
+            "--resume to continue",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise
+    _print_result(result)
+    return 0
+
+
+def _print_result(result: Any) -> None:
+    from demitasse.tune.output import outcome_table
+
+    needed = result.needed
+    for speed in result.speeds:
+        threads = speed.extra.get("torch_threads")
+        print(
+            f"encoding speed: {speed.model} layer {speed.layer}: {speed.score:.0f} texts/s "
+            f"({threads} torch threads, load {speed.extra.get('load_1m')})"
+        )
+    print(f"full model: {needed.metric} {result.full.quality:.2f}")
+    print(f"target: {needed.describe()}")
+    several = len({o.config.encoder for o in result.outcomes}) > 1
+    print(
+        f"\nPareto front, {needed.metric} against index bytes per vector "
+        f"({len(result.outcomes)} configurations):\n"
+    )
+    print(outcome_table(result.front, needed, with_encoder=several))
+    chosen, written = result.chosen, result.written
+    print(
+        f"\nchosen: {chosen.config.describe(with_encoder=several)}: {chosen.index_bytes} "
+        f"index bytes + {chosen.rescore_bytes} rescoring bytes a vector, "
+        f"{needed.metric} {chosen.quality:.2f}"
+    )
+    print(f"model: {written.path} (scored again from disk: {needed.metric} {written.quality:.2f})")
+    print(f"records: {result.records}; report: {result.report.html}")
+    stages = ", ".join(f"{stage} {seconds:.0f} s" for stage, seconds in result.seconds.items())
+    print(f"wall time: {result.total_seconds:.0f} s ({stages})")

@@ -1,0 +1,210 @@
+"""The sweep space of ``demitasse tune``: which configurations of a model it tries.
+
+A :class:`Configuration` is one way to deploy an encoder: a layer cut, a compressor and a
+width, a precision for the codes held in memory, and optionally a rescoring factor F (the
+codes find the top k·F documents, which are rescored against int8 codes of the encoder's
+full output, as :class:`~demitasse.model.CompressedModel` searches with ``rescore_factor``).
+The space crosses every encoder and layer with the compressors, the widths (halving from
+the encoder's full width) and the precisions; binary codes are always ITQ-rotated, since
+sign bits of PCA or truncated dimensions waste most of their capacity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from demitasse.errors import DataError
+
+#: Compressors in the order the sweep fits them (the adaptor last: it trains for minutes).
+METHODS: tuple[str, ...] = ("none", "truncate", "pca", "pca-whiten", "adaptor")
+PRECISIONS: tuple[str, ...] = ("float32", "int8", "binary")
+RESCORE_FACTORS: tuple[int, ...] = (1, 2, 4, 10)
+#: The narrowest width swept: below it, even PCA keeps little of a sentence's meaning.
+MIN_DIM = 8
+#: How binary codes are made: a learned rotation spreads the variance over every bit.
+BINARY_ROTATION = "itq"
+#: How the documents' full encoder output is kept for rescoring.
+RESCORE_PRECISION = "int8"
+
+#: Each method as CompressedModel builds it: (registered compressor, its parameters).
+_COMPRESSORS: dict[str, tuple[str | None, dict[str, Any]]] = {
+    "none": (None, {}),
+    "truncate": ("truncate", {}),
+    "pca": ("pca", {}),
+    "pca-whiten": ("pca", {"whiten": True}),
+    "adaptor": ("adaptor", {}),
+}
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One point of the sweep. ``encoder`` is the encoder's name, ``layer`` the layer cut
+    (1-based; a static model's only layer is 1), ``rescore`` the factor F or None."""
+
+    encoder: str
+    layer: int
+    method: str
+    dim: int
+    precision: str
+    rescore: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise DataError(f"unknown tune method {self.method!r}; known: {', '.join(METHODS)}")
+        if self.precision not in PRECISIONS:
+            raise DataError(f"unknown precision {self.precision!r}")
+        if self.rescore is not None and self.precision == "float32":
+            raise DataError("float32 search is exact: it has nothing better to rescore with")
+
+    @property
+    def key(self) -> str:
+        """A stable identity for the results store."""
+        return (
+            f"{self.encoder}|L{self.layer}|{self.method}|{self.dim}|{self.precision}"
+            f"|F{self.rescore or 0}"
+        )
+
+    def describe(self, *, with_encoder: bool = False) -> str:
+        """``L6 pca 64 binary ×10`` (``×10``: rescored from ten candidates per result)."""
+        text = f"L{self.layer} {self.method} {self.dim} {self.precision}"
+        if self.rescore is not None:
+            text += f" ×{self.rescore}"
+        return f"{self.encoder} {text}" if with_encoder else text
+
+    def index_bytes(self) -> int:
+        """Bytes per document held in memory by the index: the codes."""
+        if self.precision == "binary":
+            return -(-self.dim // 8)
+        return self.dim * (4 if self.precision == "float32" else 1)
+
+    def rescore_bytes(self, full_dim: int) -> int:
+        """Bytes per document kept for rescoring: int8 codes of the full encoder output."""
+        return 0 if self.rescore is None else full_dim
+
+    def model_settings(self) -> dict[str, Any]:
+        """The :class:`~demitasse.model.CompressedModel` keywords of this configuration,
+        besides its encoder and layer."""
+        compressor, params = compressor_of(self.method)
+        settings: dict[str, Any] = {
+            "compressor": compressor,
+            "dim": None if compressor is None else self.dim,
+            "precision": self.precision,
+        }
+        if params:
+            settings["compressor_params"] = dict(params)
+        if self.precision == "binary":
+            settings["quantizer_params"] = {"rotation": BINARY_ROTATION}
+        if self.rescore is not None:
+            settings["rescore_factor"] = self.rescore
+            settings["rescore_precision"] = RESCORE_PRECISION
+        return settings
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Configuration:
+        """A configuration from :meth:`to_dict`'s output (a DataError for anything else)."""
+        fields = ("encoder", "layer", "method", "dim", "precision", "rescore")
+        if not isinstance(data, dict) or set(data) != set(fields):
+            raise DataError(f"not a tune configuration: {str(data)[:80]}")
+        ints = ("layer", "dim")
+        if not all(isinstance(data[k], int) and not isinstance(data[k], bool) for k in ints):
+            raise DataError(f"not a tune configuration: {str(data)[:80]}")
+        if not isinstance(data["rescore"], int | None) or isinstance(data["rescore"], bool):
+            raise DataError(f"not a tune configuration: {str(data)[:80]}")
+        return cls(**{k: data[k] for k in fields})
+
+
+def compressor_of(method: str) -> tuple[str | None, dict[str, Any]]:
+    """The registered compressor a tune method builds, and its parameters (None: no
+    compressor, the encoder's own vectors)."""
+    compressor, params = _COMPRESSORS[method]
+    return compressor, dict(params)
+
+
+def halving_dims(full_dim: int, min_dim: int = MIN_DIM) -> list[int]:
+    """``full, full/2, full/4, …`` while at least ``min_dim`` (the full width always)."""
+    dims = [full_dim]
+    while dims[-1] // 2 >= min_dim:
+        dims.append(dims[-1] // 2)
+    return dims
+
+
+@dataclass(frozen=True)
+class EncoderLayers:
+    """An encoder to sweep: its name, its full width and the layer cuts to try."""
+
+    name: str
+    dim: int
+    layers: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SweepSpace:
+    """Which configurations to try on each encoder and layer.
+
+    ``search=False`` (scored pairs: nothing is searched) leaves rescoring out.
+    """
+
+    methods: tuple[str, ...] = METHODS
+    precisions: tuple[str, ...] = PRECISIONS
+    rescore_factors: tuple[int, ...] = RESCORE_FACTORS
+    min_dim: int = MIN_DIM
+    search: bool = True
+    encoders: tuple[EncoderLayers, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown:
+            raise DataError(f"unknown tune method {unknown[0]!r}; known: {', '.join(METHODS)}")
+        if "none" not in self.methods:
+            # The full model is what every retention is measured against.
+            raise DataError("the sweep needs method 'none': the full model is the reference")
+        if any(p not in PRECISIONS for p in self.precisions) or "float32" not in self.precisions:
+            raise DataError(f"tune precisions must include float32, from {', '.join(PRECISIONS)}")
+
+    def dims(self, method: str, full_dim: int) -> list[int]:
+        """The widths ``method`` is tried at: the full one only for the encoder's own vectors;
+        truncation and the adaptor only below it (at full width they change nothing, or
+        train a whole network to change little); PCA at every width."""
+        if method == "none":
+            return [full_dim]
+        dims = halving_dims(full_dim, min(self.min_dim, full_dim))
+        return dims[1:] if method in ("truncate", "adaptor") else dims
+
+    def rescorings(self, precision: str) -> list[int | None]:
+        if precision == "float32" or not self.search:
+            return [None]
+        return [None, *self.rescore_factors]
+
+    def layer_configurations(self, encoder: EncoderLayers, layer: int) -> list[Configuration]:
+        """Every configuration of one encoder layer, in the order the sweep evaluates them."""
+        return [
+            Configuration(encoder.name, layer, method, dim, precision, factor)
+            for method in self.methods
+            for dim in self.dims(method, encoder.dim)
+            for precision in self.precisions
+            for factor in self.rescorings(precision)
+        ]
+
+    def configurations(self) -> Iterator[Configuration]:
+        for encoder in self.encoders:
+            for layer in encoder.layers:
+                yield from self.layer_configurations(encoder, layer)
+
+    def smallest_index(self) -> Configuration:
+        """The configuration with the fewest index bytes the space holds."""
+        return min(self.configurations(), key=lambda c: (c.index_bytes(), -c.dim))
+
+
+def parse_methods(text: str, known: Sequence[str] = METHODS) -> tuple[str, ...]:
+    """``"truncate,pca"`` → ``("none", "truncate", "pca")``: the full model always comes first."""
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        shown = unknown[0] if unknown else text
+        raise DataError(f"unknown tune method {shown!r}; choose from {', '.join(known)}")
+    return tuple(dict.fromkeys(["none", *names]))
