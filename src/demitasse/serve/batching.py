@@ -16,9 +16,9 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
