@@ -80,6 +80,7 @@ def create_app(model: CompressedModel, settings: ServeSettings) -> GuardedApp:
         title="demitasse", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
     )
     _add_error_handlers(app)
+    _add_model_routes(app, model, settings.name)
 
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> Response:
@@ -96,16 +97,6 @@ def create_app(model: CompressedModel, settings: ServeSettings) -> GuardedApp:
             return await _embed(request, model, worker, settings)
         finally:
             in_flight -= 1
-
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [_model_card(model, settings.name)]}
-
-    @app.get("/v1/models/{model_id:path}")
-    async def one_model(model_id: str) -> dict[str, Any]:
-        if model_id != settings.name:
-            raise ApiError(404, f"the model {model_id!r} does not exist", code="model_not_found")
-        return _model_card(model, settings.name)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -171,6 +162,18 @@ def _too_large(size: int, limit: int) -> ApiError:
         f"the request body has {size}+ bytes; this server takes at most {limit}",
         code="request_too_large",
     )
+
+
+def _add_model_routes(app: FastAPI, model: CompressedModel, name: str) -> None:
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [_model_card(model, name)]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def one_model(model_id: str) -> dict[str, Any]:
+        if model_id != name:
+            raise ApiError(404, f"the model {model_id!r} does not exist", code="model_not_found")
+        return _model_card(model, name)
 
 
 def _model_card(model: CompressedModel, name: str) -> dict[str, Any]:
