@@ -110,7 +110,8 @@ def measure(model: str, batching: bool, bodies: list[bytes], args: argparse.Name
         server.wait(timeout=120)
     latencies = np.array([seconds for seconds, _ in results]) * 1000
     server_cpu = cpu_after - cpu_before
-    encoder = after["encoder_seconds"] - before["encoder_seconds"]
+    # CPU, not wall, seconds: on a busy machine the encoder thread also waits for a core.
+    encoder = after["encoder_cpu_seconds"] - before["encoder_cpu_seconds"]
     return {
         "requests_per_s": len(results) / wall,
         "p50_ms": float(np.percentile(latencies, 50)),

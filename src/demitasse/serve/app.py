@@ -108,6 +108,7 @@ def create_app(model: CompressedModel, settings: ServeSettings) -> GuardedApp:
             "batches": stats.batches,
             "texts": stats.texts,
             "encoder_seconds": round(stats.encoder_seconds, 6),
+            "encoder_cpu_seconds": round(stats.encoder_cpu_seconds, 6),
         }
 
     return GuardedApp(app, settings.api_key)

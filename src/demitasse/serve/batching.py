@@ -44,7 +44,10 @@ class WorkerStats:
 
     batches: int = 0
     texts: int = 0
-    encoder_seconds: float = 0.0  # inside CompressedModel.embed, the encoder proper
+    encoder_seconds: float = 0.0  # wall time inside CompressedModel.embed, the encoder proper
+    #: CPU time of the encoder thread there: unlike wall time, it excludes waiting for a core
+    #: (with torch's intra-op threads above 1, their work is not counted).
+    encoder_cpu_seconds: float = 0.0
 
 
 class EncoderWorker:
@@ -124,9 +127,10 @@ class EncoderWorker:
             return
         texts = [text for job in jobs for text in job.texts]
         try:
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.thread_time()
             vectors = self.model.embed(texts)
             self.stats.encoder_seconds += time.perf_counter() - started
+            self.stats.encoder_cpu_seconds += time.thread_time() - cpu_started
         except Exception as exc:  # the requests fail; the thread keeps serving
             logger.exception("the encoder failed on a batch of %d texts", len(texts))
             for job in jobs:
