@@ -59,6 +59,7 @@ VALID = {
         "--out",
         "{new}/model",
     ],
+    "serve": ["{text_model}", "--port", "0"],
 }
 
 # (command, arguments, a piece of the one-line message)
@@ -378,6 +379,9 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("demo", ["--data-dir", "{missing}", "--out", "{new}/demo"], "missing"),
     ("demo", ["--out", "{notes}"], "refusing"),
     ("demo", ["--out", "{victim}"], "refusing to replace"),
+    # serve
+    ("serve", ["{text_model}", "--host", "256.0.0.1"], "cannot listen on 256.0.0.1"),
+    ("serve", ["{vector_model}", "--port", "0"], "vectors-only model"),
 ]
 
 NUMBER_TYPES = {

@@ -29,6 +29,7 @@ from demitasse.cli.model_commands import (
     run_fit,
     run_transform,
 )
+from demitasse.cli.serve_command import add_serve_parser, run_serve
 from demitasse.cli.tune_command import add_tune_parser, run_tune
 from demitasse.errors import DemitasseError, single_line
 from demitasse.io import atomic_directory, check_directory_target, handle_termination
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_commands(commands)
     add_tune_parser(commands)
     _add_distill_static_parser(commands)
+    add_serve_parser(commands)
     _add_demo_parser(commands)
     return parser
 
@@ -383,6 +385,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             "train": _run_train,
             "export": run_export,
             "distill-static": _run_distill_static,
+            "serve": run_serve,
         }
         return runners[args.command](args)
     except DemitasseError as exc:

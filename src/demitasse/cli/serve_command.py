@@ -1,0 +1,114 @@
+"""``demitasse serve``: an OpenAI-compatible embedding server for one model."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import sys
+from typing import Any
+
+from demitasse.cli.arguments import non_negative_float, non_negative_int, positive_int
+from demitasse.errors import DemitasseError
+
+API_KEY_VARIABLE = "DEMITASSE_API_KEY"
+
+
+def add_serve_parser(commands: Any) -> None:  # argparse's subparsers action
+    serve = commands.add_parser(
+        "serve",
+        help="serve a model over HTTP: OpenAI's /v1/embeddings, with dynamic batching",
+        description="Serve one model (a model directory, or an encoder name or directory at "
+        "full width) in OpenAI's embeddings wire format. Stop it with SIGTERM or Ctrl-C: the "
+        "requests in flight are answered first.",
+    )
+    serve.add_argument("model", help="model directory, or encoder name / directory")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    serve.add_argument("--port", type=non_negative_int, default=8000, help="port (0: any free one)")
+    serve.add_argument(
+        "--name", default=None, help="model name clients send (default: the directory's name)"
+    )
+    serve.add_argument(
+        "--api-key",
+        default=None,
+        help=f"require 'Authorization: Bearer KEY' (or set ${API_KEY_VARIABLE})",
+    )
+    limits = serve.add_argument_group("limits (over one: 400, 413 or 429)")
+    limits.add_argument("--max-inputs", type=positive_int, default=16384, help="per request")
+    limits.add_argument("--max-chars", type=positive_int, default=32768, help="per input")
+    limits.add_argument("--max-body-bytes", type=positive_int, default=8 * 1024 * 1024)
+    limits.add_argument(
+        "--max-concurrent", type=positive_int, default=64, help="requests in flight at once"
+    )
+    batching = serve.add_argument_group("dynamic batching")
+    batching.add_argument(
+        "--max-batch", type=positive_int, default=128, help="texts per encoder call"
+    )
+    batching.add_argument(
+        "--batch-wait-ms",
+        type=non_negative_float,
+        default=2.0,
+        help="how long a batch waits for more requests",
+    )
+    batching.add_argument(
+        "--no-batching", action="store_true", help="one request per encoder call (for comparison)"
+    )
+    batching.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="torch threads of the encoder (default: the usable cores)",
+    )
+    serve.add_argument("--quiet", action="store_true", help="no log line per request")
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    try:
+        from demitasse.serve import (
+            Limits,
+            ServeSettings,
+            bind,
+            default_name,
+            load_served_model,
+            serve,
+            set_threads,
+        )
+    except ImportError as exc:
+        raise DemitasseError(
+            f"demitasse serve needs the 'serve' extra ({exc.name} is missing): "
+            "pip install 'demitasse[serve]'"
+        ) from None
+    api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
+    sock = bind(args.host, args.port)  # a taken port fails now, not after the model loads
+    model = load_served_model(args.model)
+    set_threads(model, args.threads or len(os.sched_getaffinity(0)))
+    settings = ServeSettings(
+        name=args.name or default_name(args.model),
+        api_key=api_key,
+        limits=Limits(args.max_inputs, args.max_chars, args.max_body_bytes, args.max_concurrent),
+        max_batch=args.max_batch,
+        batch_wait_ms=args.batch_wait_ms,
+        batching=not args.no_batching,
+    )
+    log = logging.getLogger("demitasse.serve")
+    log.setLevel(logging.WARNING if args.quiet else logging.INFO)
+    if api_key is None and not _loopback(args.host):
+        log.warning(
+            "listening on %s without an API key: anyone who reaches it may use it", args.host
+        )
+    host, port = sock.getsockname()[:2]
+
+    def ready(server: Any) -> None:
+        url = f"http://{host if ':' not in host else f'[{host}]'}:{port}/v1"
+        print(f"serving {settings.name!r} ({model!r}) at {url}", file=sys.stdout, flush=True)
+
+    serve(model, settings, sock, on_ready=ready)
+    return 0
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"

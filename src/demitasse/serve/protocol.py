@@ -1,0 +1,164 @@
+"""OpenAI's embeddings wire format: the request checked field by field, the response built.
+
+Everything here is plain data in, plain data out, so that the HTTP layer only maps an
+:class:`ApiError` to its status and every check can be read in one place.
+
+Extensions to OpenAI's format (documented in docs/serve.md): ``encoding_format`` also takes
+``"int8"`` (the model's int8 codes, a list of integers in -128..127) and ``"binary"`` (the sign
+bits packed eight to a byte, most significant bit first, as ``numpy.packbits``: a list of
+integers in 0..255, ``ceil(dimensions / 8)`` of them).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: encoding_format → the model precision that produces it.
+ENCODINGS = {"float": "float32", "base64": "float32", "int8": "int8", "binary": "binary"}
+
+
+class ApiError(Exception):
+    """A request the server refuses: its HTTP status and OpenAI's error object."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        """``{"error": {...}}`` as OpenAI sends it, which its clients turn into exceptions."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may hold; over a limit is a 400, 413 or 429, never a crash."""
+
+    max_inputs: int = 16384
+    max_chars: int = 32768
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_concurrent: int = 64
+
+
+@dataclass(frozen=True)
+class EmbeddingRequest:
+    texts: list[str]
+    dim: int | None  # None: the model's full width
+    encoding: str
+
+    @property
+    def precision(self) -> str:
+        return ENCODINGS[self.encoding]
+
+
+def parse_request(body: bytes, served_name: str, limits: Limits) -> EmbeddingRequest:
+    """The checked request, or an :class:`ApiError` naming the field at fault."""
+    try:
+        payload = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ApiError(400, f"the request body is not valid JSON ({exc})") from None
+    if not isinstance(payload, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    model = payload.get("model")
+    if not isinstance(model, str):
+        raise ApiError(400, "'model' is required: a string", param="model")
+    if model != served_name:
+        raise ApiError(
+            404,
+            f"the model {model!r} does not exist; this server serves {served_name!r}",
+            param="model",
+            code="model_not_found",
+        )
+    texts = _texts(payload.get("input"), limits)
+    encoding = payload.get("encoding_format", "float")
+    if encoding is None:
+        encoding = "float"
+    if not isinstance(encoding, str) or encoding not in ENCODINGS:
+        raise ApiError(
+            400,
+            f"'encoding_format' must be one of {', '.join(ENCODINGS)}, got {encoding!r}",
+            param="encoding_format",
+        )
+    dim = payload.get("dimensions")
+    if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
+        raise ApiError(400, f"'dimensions' must be a positive integer, got {dim!r}",
+                       param="dimensions")  # fmt: skip
+    return EmbeddingRequest(texts, dim, encoding)
+
+
+def _texts(value: Any, limits: Limits) -> list[str]:
+    if value is None:
+        raise ApiError(400, "'input' is required: a string or a list of strings", param="input")
+    texts = [value] if isinstance(value, str) else value
+    if not isinstance(texts, list):
+        raise ApiError(400, "'input' must be a string or a list of strings", param="input")
+    if not texts:
+        raise ApiError(400, "'input' is an empty list; send at least one string", param="input")
+    if len(texts) > limits.max_inputs:
+        raise ApiError(
+            400,
+            f"'input' holds {len(texts)} items; this server takes at most {limits.max_inputs} "
+            "per request",
+            param="input",
+        )
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            if isinstance(text, int | list) and not isinstance(text, bool):
+                raise ApiError(400, "token-id input is not supported: send the texts as "
+                               "strings", param="input")  # fmt: skip
+            raise ApiError(400, f"'input' item {i} is a {type(text).__name__}, not a string",
+                           param="input")  # fmt: skip
+        if not text.strip():
+            raise ApiError(400, f"'input' item {i} is empty", param="input")
+        if len(text) > limits.max_chars:
+            raise ApiError(
+                400,
+                f"'input' item {i} has {len(text)} characters; this server takes at most "
+                f"{limits.max_chars}",
+                param="input",
+            )
+    return texts
+
+
+def embedding_response(
+    codes: np.ndarray, encoding: str, served_name: str, tokens: int
+) -> dict[str, Any]:
+    """OpenAI's response object for ``codes`` (one row per input, in input order)."""
+    return {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": i, "embedding": _encode_row(row, encoding)}
+            for i, row in enumerate(codes)
+        ],
+        "model": served_name,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+
+
+def _encode_row(row: np.ndarray, encoding: str) -> list[float] | list[int] | str:
+    if encoding == "base64":  # what OpenAI sends: little-endian float32 bytes
+        return base64.b64encode(row.astype("<f4", copy=False).tobytes()).decode("ascii")
+    return row.tolist()  # float32 → floats; int8 and packed uint8 codes → ints
