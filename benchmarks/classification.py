@@ -16,10 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from _common import run_posthoc_grid
+from _common import HERE, RESULTS_MD, posthoc_facts, run_posthoc_grid, template
 from demitasse.data.senteval_classification import ClassificationSet, LabeledSplits
 from demitasse.evaluation import (
-    machine_description,
     write_records,
 )
 from demitasse.evaluation.classification import ClassificationTask
@@ -28,8 +27,8 @@ from demitasse.report import markdown_table
 from demitasse.report.plots import plot_quality_vs_dim
 from demitasse.report.results_file import update_section
 from demitasse.report.tables import task_table
+from demitasse.report.templates import join_blocks
 
-HERE = Path(__file__).resolve().parent
 NAME = "classification"
 
 
@@ -85,34 +84,16 @@ def main() -> int:
         command += f" --limit {args.limit}"
     table = task_table(records, NAME).markdown()
     sizes = {s.name: s for s in classification.sets}
-    body = "\n".join(
-        [
-            "## SentEval classification under compression (`classification`)",
-            "",
-            f"Command: `{command}`  ",
-            f"Machine: {machine_description()}; wall time {elapsed:.0f} s "
-            f"(embedding cache warm); probe time per configuration "
-            f"{probe_seconds[len(probe_seconds) // 2]:.1f} s median, "
-            f"{probe_seconds[-1]:.1f} s max.  ",
-            f"Model {encoder.name}, last layer, {encoder.pooling} pooling; PCA fitted on the "
-            "STS-B train sentences that are in no STS test or dev split (never on the "
-            "classification sets); float32.",
-            "",
-            "Protocol (SentEval's, `demitasse.evaluation.classification`): logistic regression "
-            "(lbfgs) on features standardised on the training rows, L2 strength C from "
-            "2^-12 … 2^0 (×4 steps; SentEval's 2^-2 … 2^4 is for unstandardised unit vectors); "
-            "MR and CR stratified 10-fold cross-validation, C chosen by an inner 5-fold "
-            "cross-validation of each training fold; SST-2 C chosen on dev, accuracy on test; "
-            "TREC and MRPC C chosen by 5-fold cross-validation on train, refitted on all of "
-            "train, accuracy on test. MRPC features [u, v, |u − v|, u ⊙ v]. Accuracy ×100.",
-            "",
-            markdown_table(
-                ["set", "examples"],
-                [[name, _size(dataset)] for name, dataset in sizes.items()],
-            ),
-            "",
-            table,
-        ]
+    prose = template(NAME)
+    body = prose.fill(
+        command=command,
+        **posthoc_facts(encoder, elapsed),
+        probe_median=f"{probe_seconds[len(probe_seconds) // 2]:.1f}",
+        probe_max=f"{probe_seconds[-1]:.1f}",
+        sizes_table=markdown_table(
+            ["set", "examples"], [[name, _size(dataset)] for name, dataset in sizes.items()]
+        ),
+        table=table,
     )
     if output is not None:
         write_records(output / f"{NAME}.json", records)
@@ -123,9 +104,9 @@ def main() -> int:
             title=f"{encoder.name}: SentEval classification",
         )
         shown = plot.relative_to(HERE.parent) if plot.is_relative_to(HERE.parent) else plot
-        body += f"\n\nPlot: `{shown}`."
+        body = join_blocks(body, prose.fill("plot", plot=shown))
         if args.output is None:
-            update_section(HERE / "RESULTS.md", NAME, body)
+            update_section(RESULTS_MD, NAME, body)
     print(body)
     return 0
 

@@ -10,7 +10,8 @@
 * exact faiss search over the SciFact corpus with its test queries: per-query latency p50/p99,
   batch queries/s and index size for 384/128/32 dims × float32/int8/binary (truncation).
 
-Every figure is the best of --repeats runs after a warm-up run.
+Every figure is the best of --repeats runs after a warm-up run. The compressors, widths and
+precisions: grids/efficiency.toml.
 
     python benchmarks/efficiency.py --data-dir ../shared/data
 """
@@ -20,7 +21,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -28,6 +31,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from _common import HERE, RESULTS_MD, grid, log, template
 from demitasse.cli.specs import parse_compressor_specs
 from demitasse.compress import Compressor, make_compressor
 from demitasse.data import load_sts_suite, load_stsb, resolve_data_dir
@@ -48,10 +52,23 @@ from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
 from demitasse.report.plots import save_figure
 from demitasse.report.results_file import update_section
+from demitasse.report.templates import join_blocks
 
-HERE = Path(__file__).resolve().parent
 PARTS = ("encode", "transform", "search")
-PRECISIONS = ("float32", "int8", "binary")
+
+
+@dataclass(frozen=True)
+class Grid:
+    transform_dims: list[int]
+    search_dims: list[int]
+    precisions: tuple[str, ...]
+    baselines: dict[str, dict[str, Any]]
+    learned_for_timing: dict[str, dict[str, Any]]
+
+
+GRID = grid("efficiency", Grid)
+PROSE = template("efficiency")
+PRECISIONS = GRID.precisions
 
 
 def sample_sentences(n: int, data_dir: str | None, seed: int = 0) -> list[str]:
@@ -79,15 +96,6 @@ def encode_part(args: argparse.Namespace) -> list:
     )
 
 
-# What a learned compressor costs at transform time depends on its architecture, not on its
-# weights: these are fitted for one epoch only, to be timed beside PCA, never judged on quality.
-LEARNED_FOR_TIMING: dict[str, dict[str, object]] = {
-    "adaptor": {"min_dim": 8, "max_epochs": 1},
-    "smec": {"min_dim": 8, "max_epochs": 1},
-    "mcr2": {"max_epochs": 1},  # one fixed width per head: a head per timed width
-}
-
-
 def transform_part(args: argparse.Namespace, fit_texts: list[str]) -> list:
     encoder = load_encoder(args.model)  # cached: these vectors are inputs, not timed
     vectors = encoder.encode(fit_texts)
@@ -105,12 +113,12 @@ def transform_part(args: argparse.Namespace, fit_texts: list[str]) -> list:
         )
 
     records = []
-    for label, params in (("truncate", {}), ("pca", {}), ("random", {"seed": 0})):
+    for label, params in GRID.baselines.items():
         compressor = make_compressor(label, dim=largest, **params)
         records += timed(compressor.fit(vectors, fit_data="stsb-train"), label, args.transform_dims)
-        print(f"transform {label}: done", file=sys.stderr, flush=True)
+        log(f"transform {label}: done")
     fit_data = "stsb-train (1 epoch, for timing)"
-    for label, params in LEARNED_FOR_TIMING.items():
+    for label, params in GRID.learned_for_timing.items():  # a head per width where not Matryoshka
         if make_compressor(label).matryoshka:
             compressor = make_compressor(label, dim=largest, **params)
             records += timed(compressor.fit(vectors, fit_data=fit_data), label, args.transform_dims)
@@ -118,7 +126,7 @@ def transform_part(args: argparse.Namespace, fit_texts: list[str]) -> list:
             for dim in args.transform_dims:
                 compressor = make_compressor(label, dim=dim, **params)
                 records += timed(compressor.fit(vectors, fit_data=fit_data), label, [dim])
-        print(f"transform {label}: done", file=sys.stderr, flush=True)
+        log(f"transform {label}: done")
     return records
 
 
@@ -257,7 +265,7 @@ def search_table(records: list) -> str:
     )
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--model", default="all-MiniLM-L6-v2")
@@ -274,11 +282,16 @@ def main() -> int:
     )
     parser.add_argument("--parts", default=",".join(PARTS), help="which of encode,transform,search")
     args = parser.parse_args()
-    args.transform_dims = [256, 128, 64, 32]
-    args.search_dims = [384, 128, 32]
-    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    if not parts or set(parts) - set(PARTS):
+    args.transform_dims = GRID.transform_dims
+    args.search_dims = GRID.search_dims
+    args.parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if not args.parts or set(args.parts) - set(PARTS):
         parser.error(f"--parts must name some of {', '.join(PARTS)}")
+    return args
+
+
+def main() -> int:
+    args = parse_args()
     if args.threads:
         import torch
 
@@ -290,97 +303,72 @@ def main() -> int:
     results = HERE / "results" / "efficiency.json"
     # Parts not run keep their records from the previous run, so one part can be redone.
     kept = (
-        [r for r in read_records(results) if part_of(r) not in parts] if results.is_file() else []
+        [r for r in read_records(results) if part_of(r) not in args.parts]
+        if results.is_file()
+        else []
     )
     measured = []
-    if "encode" in parts:
+    if "encode" in args.parts:
         measured += encode_part(args)
-    if "transform" in parts:
+    if "transform" in args.parts:
         measured += transform_part(args, fit_texts)
-    if "search" in parts:
+    if "search" in args.parts:
         measured += search_part(args, fit_texts)
     elapsed = time.perf_counter() - started
     records = sorted([*kept, *measured], key=lambda r: PARTS.index(part_of(r)))
-    present = {part_of(r) for r in records}
-
     write_records(results, records)
     figure = plot(
         records, HERE / "results" / "efficiency.png", f"{args.model}: measured efficiency"
     )
+    body = describe(records, context, kept=bool(kept), parts=args.parts, elapsed=elapsed)
+    body = join_blocks(body, PROSE.fill("plot", plot=figure.name))
+    update_section(RESULTS_MD, "efficiency", body)
+    print(body)
+    return 0
+
+
+def describe(
+    records: list[ResultRecord],
+    context: dict[str, Any],
+    *,
+    kept: bool,
+    parts: list[str],
+    elapsed: float,
+) -> str:
+    """The section but its plot line: the run, then a subsection per part present."""
+    present = {part_of(r) for r in records}
     blas = ", ".join(
         f"{p['internal_api']} {p['version'] or ''} ({p['num_threads']} threads)".replace("  ", " ")
         for p in context.get("thread_pools") or []
         if p["user_api"] == "blas"
     )
-    command = " ".join(["python", "benchmarks/efficiency.py", *sys.argv[1:]])
-    lines = [
-        "## Efficiency: measured throughput, latency and size (`efficiency`)",
-        "",
-        f"Command: `{command}`  ",
-        f"Machine: {context['machine']}; torch {context['torch']} with "
-        f"{context['torch_threads']} threads, faiss {context['faiss']}, "
-        f"numpy {context['numpy']} "
-        f"(BLAS pools: {blas or 'unknown'}); load average at start "
-        f"{context['load_average'][0]:.1f} (1 min); wall time {elapsed:.0f} s.  ",
-        "Every figure is the best of several timed runs (`extra.repeats`, default 5) after a "
-        "warm-up run, runs of one table interleaved round-robin; the "
-        "machine is shared with other jobs, so medians (shown where useful) can be far slower "
-        "than the best run; each record's `extra.load_1m` is the load average it was "
-        "measured under.",
-    ]
-    if kept:
-        lines.append(
-            f"Parts not run by this command ({', '.join(sorted(present - set(parts)))}) are "
-            "kept from the previous run; their records carry their own machine and settings."
-        )
+    # A line of the opening paragraph, which ends without a Markdown line break.
+    kept_line = "\n" + PROSE.fill("kept", parts=", ".join(sorted(present - set(parts))))
+    head = PROSE.fill(
+        command=" ".join(["python", "benchmarks/efficiency.py", *sys.argv[1:]]),
+        machine=context["machine"], torch=context["torch"],
+        torch_threads=context["torch_threads"], faiss=context["faiss"], numpy=context["numpy"],
+        blas=blas or "unknown", load=f"{context['load_average'][0]:.1f}",
+        wall_seconds=f"{elapsed:.0f}", kept=kept_line if kept else "",
+    )  # fmt: skip
+    blocks = [head]
     if "encode" in present:
         first = next(r.extra for r in records if r.dataset == "encode")
-        lines += [
-            "",
-            f"### Encoding per layer cut ({first['n_texts']:,} STS sentences, batch "
-            f"{first['batch_size']}, {first['torch_threads']} torch threads, no cache)",
-            "",
-            "A cut at layer L runs only the first L transformer blocks (plus tokenisation and "
-            "the embedding layer), as a cut model would when deployed.",
-            "",
-            encode_table(records),
-        ]
+        blocks.append(PROSE.fill("encode", n_texts=f"{first['n_texts']:,}",
+                                 batch_size=first["batch_size"],
+                                 torch_threads=first["torch_threads"],
+                                 table=encode_table(records)))  # fmt: skip
     if "transform" in present:
         n = next(r.extra["n_vectors"] for r in records if r.dataset == "transform")
-        lines += [
-            "",
-            f"### Compression throughput ({n:,} STS-B train embeddings, 384 → dim, float32)",
-            "",
-            "The learned compressors (adaptor, smec, mcr2) were fitted for one epoch only: "
-            "their transform cost depends on the architecture, not on the weights (hidden "
-            "width 512; SMEC runs its chain of stages down to the requested width; MCR² is "
-            "one head per width). Their quality is in `learned_compressors` and `mcr2`.",
-            "",
-            transform_table(records),
-        ]
+        blocks.append(PROSE.fill("transform", n_vectors=f"{n:,}", table=transform_table(records)))
     if "search" in present:
-        any_search = next(r for r in records if r.metric == "index_bytes")
-        lines += [
-            "",
-            f"### Exact search over {any_search.dataset} ({any_search.extra['n_corpus']:,} "
-            f"documents, {any_search.extra['n_queries']} test queries, k = "
-            f"{any_search.extra['k']}, faiss threads {any_search.extra['faiss_threads']})",
-            "",
-            "float32: `IndexFlatIP` on unit vectors; binary: `IndexBinaryFlat` (Hamming) on the "
-            "packed bits; int8: latency of an `IndexFlatIP` stand-in over the normalised int8 "
-            "codes (faiss has no flat index scoring the cosine of int8 codes; the ranking is "
-            "the int8 one), index bytes = the int8 codes (n × d). Latency: one query per "
-            "call, p50/p99 within a pass over all queries, best pass; queries/s: all queries "
-            "in one call. Dimensions by truncation (the index cost does not depend on the "
-            "compressor); int8 ranges fitted on STS-B train.",
-            "",
-            search_table(records),
-        ]
-    lines += ["", f"Plot: `benchmarks/results/{figure.name}`."]
-    body = "\n".join(lines)
-    update_section(HERE / "RESULTS.md", "efficiency", body)
-    print(body)
-    return 0
+        search = next(r for r in records if r.metric == "index_bytes")
+        blocks.append(PROSE.fill("search", dataset=search.dataset,
+                                 n_corpus=f"{search.extra['n_corpus']:,}",
+                                 n_queries=search.extra["n_queries"], k=search.extra["k"],
+                                 faiss_threads=search.extra["faiss_threads"],
+                                 table=search_table(records)))  # fmt: skip
+    return join_blocks(*blocks)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ loss); checkpoints are chosen on STS-B dev. Each is scored on the 7 STS test set
 layer × {full, 256, 128, 64, 32, 16, 8} dimensions (truncation). ≺Avg is the mean over layers
 1..n−1 at full width, as in the paper's Table 1. The ablations of the paper's Table 2
 (compression strategy, layer weighting) run on a shortened schedule, with an ESE run on that
-same schedule as their reference.
+same schedule as their reference. The runs (ESE variants, ablations) and base losses:
+grids/espresso.toml.
 
     python benchmarks/espresso.py --data-dir ../shared/data
 
@@ -19,31 +20,31 @@ set sees it.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from demitasse.cli.specs import parse_compressor_specs
+from _common import HERE, RESULTS_MD, grid, log, template
 from demitasse.data import ScoredPairs, load_sts_suite, load_stsb
 from demitasse.encoders.resolve import cache_root
-from demitasse.evaluation import (
-    ResultRecord,
-    STSTask,
-    evaluate_grid,
-    machine_description,
-    write_records,
+from demitasse.evaluation import ResultRecord, machine_description, write_records
+from demitasse.experiments.layers import (
+    LayerAverages,
+    inner_layer_mean,
+    layer_averages,
+    score_every_layer,
 )
 from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
 from demitasse.report.plots import plot_layer_heatmap
 from demitasse.report.results_file import update_section
-from demitasse.training import SentenceModel, TrainingConfig, fine_tune
+from demitasse.report.templates import join_blocks
+from demitasse.training import SentenceModel, TrainingConfig, TrainingSet, fine_tune
 from demitasse.training.espresso import (
     OWN_PARAMETERS_LEARNING_RATE,
     REFERENCE_CODE,
@@ -56,244 +57,78 @@ from demitasse.training.recipes import (
     split_options,
 )
 
-HERE = Path(__file__).resolve().parent
-DIMS = (256, 128, 64, 32, 16, 8)
-# name -> (method, Espresso options); the main runs, then the Table 2 ablations.
-BASELINES: dict[str, tuple[str, dict[str, Any]]] = {
-    "raw": ("raw", {}),
-    "mrl": ("mrl", {}),
-}
-NESTED_DIMS = (128, 64, 32)  # k and its next two halvings
-NESTED_TO_8 = (128, 64, 32, 16, 8)  # k and every halving down to MRL's smallest
-# ESE variants (--ese): the paper's objective, and the reference AnglE code's.
-ESE_VARIANTS: dict[str, dict[str, Any]] = {
-    "paper": {},
-    "code": dict(REFERENCE_CODE),
-    "code-summed": {**REFERENCE_CODE, "inner_reduction": "sum"},
-    "nested": {"matryoshka_dims": NESTED_DIMS},
-    "nested-0.75": {"matryoshka_dims": NESTED_DIMS, "express_weight": 0.75},
-    "nested-0.5": {"matryoshka_dims": NESTED_DIMS, "express_weight": 0.5},
-    "nested8-0.75": {"matryoshka_dims": NESTED_TO_8, "express_weight": 0.75},
-    "nested8-0.5": {"matryoshka_dims": NESTED_TO_8, "express_weight": 0.5},
-    "paper-priority": {"gradient_priority": True},
-    "nested-priority": {"matryoshka_dims": NESTED_DIMS, "gradient_priority": True},
-    "paper-decoupled": {"decoupled_updates": True},
-    "nested-decoupled": {"matryoshka_dims": NESTED_DIMS, "decoupled_updates": True},
-    "nested-decoupled-0.5": {
-        "matryoshka_dims": NESTED_DIMS,
-        "decoupled_updates": True,
-        "inner_rate": 0.5,
-    },
-    "nested-decoupled-0.25": {
-        "matryoshka_dims": NESTED_DIMS,
-        "decoupled_updates": True,
-        "inner_rate": 0.25,
-    },
-    "nested-decoupled-uniform-0.35": {
-        "matryoshka_dims": NESTED_DIMS,
-        "decoupled_updates": True,
-        "inner_rate": 0.35,
-        "layer_weighting": "none",
-    },
-    "nested-heads-decoupled-0.25": {
-        "matryoshka_dims": NESTED_DIMS,
-        "decoupled_updates": True,
-        "inner_rate": 0.25,
-        "exit_heads": True,
-    },
-    "nested-heads-decoupled-0": {
-        "matryoshka_dims": NESTED_DIMS,
-        "decoupled_updates": True,
-        "inner_rate": 0.0,
-        "exit_heads": True,
-    },
-    "nested8-heads-decoupled-0.25": {
-        "matryoshka_dims": NESTED_TO_8,
-        "decoupled_updates": True,
-        "inner_rate": 0.25,
-        "exit_heads": True,
-    },
-    "nested8-heads-decoupled-0.1": {
-        "matryoshka_dims": NESTED_TO_8,
-        "decoupled_updates": True,
-        "inner_rate": 0.1,
-        "exit_heads": True,
-    },
-    "nested8-heads-decoupled-0.25-inner-compress": {
-        "matryoshka_dims": NESTED_TO_8,
-        "decoupled_updates": True,
-        "inner_rate": 0.25,
-        "exit_heads": True,
-        "compress_last": False,
-    },
-    "nested8-heads-decoupled-0": {
-        "matryoshka_dims": NESTED_TO_8,
-        "decoupled_updates": True,
-        "inner_rate": 0.0,
-        "exit_heads": True,
-    },
-}
-ESE_DESCRIPTIONS = {
-    "paper": "the paper's objective (Eq. 2 and Eqs. 3–6)",
-    "code": "the reference AnglE code's objective (hidden states 0..n−2, A_k·diag(s), inner "
-    "layers averaged, the loss also on the first k dims)",
-    "code-summed": "the reference AnglE code's objective with the inner layers' terms summed "
-    "as in Eq. 2 instead of averaged",
-    "nested": "the paper's objective plus the base loss on the last layer's first 128, 64 and "
-    "32 dims (k and two halvings; an extension beyond the paper)",
-    "nested-0.75": "as `nested`, with alpha = 0.75 (the inner layers' express terms weigh "
-    "three quarters)",
-    "nested-0.5": "as `nested`, with alpha = 0.5 (the inner layers' express terms weigh half)",
-    "nested8-0.75": "as `nested-0.75`, with the prefixes 128, 64, 32, 16 and 8",
-    "nested8-0.5": "as `nested-0.5`, with the prefixes 128, 64, 32, 16 and 8",
-    "paper-priority": "the paper's objective with gradient priority for the last layer (the "
-    "inner layers' gradient loses its component against the last layer's where they conflict, "
-    "per parameter tensor; an extension beyond the paper)",
-    "nested-priority": "as `nested`, with gradient priority for the last layer",
-    "paper-decoupled": "the paper's objective with decoupled updates (the last layer's terms "
-    "and the inner layers' terms each get their own AdamW moments; an extension beyond the "
-    "paper)",
-    "nested-decoupled": "as `nested`, with decoupled updates",
-    "nested-decoupled-0.5": "as `nested-decoupled`, the inner layers' update at half the rate",
-    "nested-decoupled-0.25": "as `nested-decoupled`, the inner layers' update at a quarter of "
-    "the rate",
-    "nested-decoupled-uniform-0.35": "as `nested-decoupled`, the inner layers' update at 0.35 "
-    "of the rate and every inner layer weighted 1",
-    "nested-heads-decoupled-0.25": "as `nested-decoupled-0.25`, with a linear exit head per "
-    "inner layer (fitted at the head rate; an extension beyond the paper)",
-    "nested-heads-decoupled-0": "as `nested-heads-decoupled-0.25`, the inner layers' terms "
-    "training only the exit heads (the encoder moves for the last layer's terms alone)",
-    "nested8-heads-decoupled-0.25": "as `nested-heads-decoupled-0.25`, with the prefixes 128, "
-    "64, 32, 16 and 8",
-    "nested8-heads-decoupled-0.1": "as `nested8-heads-decoupled-0.25`, the inner layers' update "
-    "at a tenth of the rate",
-    "nested8-heads-decoupled-0.25-inner-compress": "as `nested8-heads-decoupled-0.25`, with "
-    "learn-to-compress on the inner layers only (the last layer's prefixes trained by the "
-    "prefix losses alone)",
-    "nested8-heads-decoupled-0": "as `nested-heads-decoupled-0`, with the prefixes 128, 64, 32, "
-    "16 and 8",
-}
-# --loss: the base loss every run wraps.
-LOSS_DESCRIPTIONS = {
-    "angle": "AnglE loss (CoSENT + in-batch negatives + magnitude-weighted angle, weights 1, "
-    "scale 20)",
-    "cosent": "CoSENT loss (scale 20; an NLI triple's entailment grades 1, its contradiction 0)",
-    "ibn": "in-batch negatives loss (InfoNCE, scale 20, contradictions as hard negatives; "
-    "scored pairs add nothing to it)",
-}
-# Exit heads fitted on RAW's frozen encoder with the heads variants' objective.
-POSTHOC = "raw+heads"
-POSTHOC_OPTIONS: dict[str, Any] = {"exit_heads": True}
-REFERENCE = "ese (reference)"  # the paper's defaults on the ablations' schedule
-ABLATIONS: dict[str, tuple[str, dict[str, Any]]] = {
-    "ese (reference)": ("ese", {}),
-    "compression: PCA on embeddings": ("ese", {"compression": "embeddings"}),
-    "compression: none": ("ese", {"compression": "none"}),
-    "layer weighting: none": ("ese", {"layer_weighting": "none"}),
-    "layer weighting: dynamic": ("ese", {"layer_weighting": "dynamic"}),
-}
+NAME = "espresso"
 
 
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+@dataclass(frozen=True)
+class Run:
+    """A training method of ``make_objective`` and its options."""
+
+    method: str
+    options: dict[str, Any] = field(default_factory=dict)
 
 
-def slug(name: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-").replace("--", "-")
+@dataclass(frozen=True)
+class NamedRun(Run):
+    name: str = ""
 
 
-def sts_grid(
-    model_dir: str | Path, label: str, suite: dict[str, ScoredPairs]
-) -> list[ResultRecord]:
-    """Every layer × dim on ``suite``; records carry ``label`` as the model."""
-    encoder = load_encoder(model_dir)
-    records = evaluate_grid(
-        encoder,
-        [STSTask(suite)],
-        specs=parse_compressor_specs("none,truncate"),
-        dims=[encoder.dim, *DIMS],
-        layers=list(range(1, encoder.num_layers + 1)),
-    )
-    return [dataclasses.replace(r, model=label) for r in records]
+@dataclass(frozen=True)
+class Variant:
+    """An ESE objective: its options (on top of the reference code's with ``reference_code``)
+    and how the RESULTS section describes it."""
+
+    description: str
+    options: dict[str, Any] = field(default_factory=dict)
+    reference_code: bool = False
+
+    def all_options(self) -> dict[str, Any]:
+        return {**REFERENCE_CODE, **self.options} if self.reference_code else dict(self.options)
 
 
-def averages(records: list[ResultRecord]) -> dict[tuple[str, int, int], float]:
-    """(model, layer, dim) -> STS average over the suite (the one set's score for a suite of
-    one, which has no average record)."""
-    single = {(r.model, int(r.layer or 0), r.dim): r.score for r in records if r.task == "sts"}
-    averaged = {
-        (r.model, int(r.layer or 0), r.dim): r.score
-        for r in records
-        if r.task == "sts" and r.dataset == "avg"
-    }
-    return averaged or single
+@dataclass(frozen=True)
+class Ablations:
+    reference: str
+    runs: dict[str, Run]
+
+    def __post_init__(self) -> None:
+        if self.reference not in self.runs:
+            raise ValueError(f"the reference {self.reference!r} is none of the ablation runs")
 
 
-def inner_avg(avg: dict[tuple[str, int, int], float], model: str) -> float:
-    """≺Avg: mean over layers 1..n−1 at full width."""
-    n = max(layer for m, layer, _ in avg if m == model)
-    full = max(dim for m, _, dim in avg if m == model)
-    return float(np.mean([avg[model, layer, full] for layer in range(1, n)]))
+@dataclass(frozen=True)
+class Grid:
+    dims: list[int]
+    losses: dict[str, str]
+    baselines: dict[str, Run]
+    posthoc: NamedRun
+    ese: dict[str, Variant]
+    ablations: Ablations
 
 
-def acceptance(
-    avg: dict[tuple[str, int, int], float], original: str, ese: str, raw: str, mrl: str
-) -> list[tuple[str, float, float]]:
-    """The issue's checks as (name, value, floor); a check passes when value >= floor."""
-    n = max(layer for m, layer, _ in avg if m == ese)
-    full = max(dim for m, _, dim in avg if m == ese)
-    return [
-        ("ESE ≺Avg − RAW ≺Avg", inner_avg(avg, ese) - inner_avg(avg, raw), 10.0),
-        ("ESE last − RAW last (full)", avg[ese, n, full] - avg[raw, n, full], -0.5),
-        ("ESE last − original", avg[ese, n, full] - avg[original, n, full], -1.0),
-        *[(f"ESE − MRL, last layer, {d} dims", avg[ese, n, d] - avg[mrl, n, d], 0.0)
-          for d in (128, 64, 32)],
-    ]  # fmt: skip
+GRID = grid(NAME, Grid)
+PROSE = template(NAME)
+MAIN_NAMES = ("raw", "mrl", "ese")
+ACCEPTANCE_DIMS = (128, 64, 32)  # ESE against MRL at these widths of the last layer
+#: (learning rate, ESE run) -> its acceptance checks as (name, value, floor).
+DevChecks = dict[tuple[float, str], list[tuple[str, float, float]]]
+#: A finished run: the model evaluated, best STS-B dev seen, steps, seconds.
+Outcome = tuple[Path, float | None, int, float]
 
 
-def check_rows(checks: list[tuple[str, float, float]]) -> list[list[Any]]:
-    return [[name, round(value, 2), f">= {floor:+g}"] for name, value, floor in checks]
-
-
-def dev_checks_table(dev_checks: dict[tuple[float, str], list[tuple[str, float, float]]]) -> str:
-    """One row per (learning rate, ESE run): its acceptance checks on STS-B dev."""
-    first = next(iter(dev_checks.values()))
-    rows = [
-        [f"{candidate:g}", name, *(round(v, 2) for _, v, _ in checks)]
-        for (candidate, name), checks in dev_checks.items()
-    ]
-    return markdown_table(["lr", "ESE run", *(name for name, *_ in first)], rows)
-
-
-def choose_run(
-    dev_checks: dict[tuple[float, str], list[tuple[str, float, float]]],
-) -> tuple[float, str]:
-    """The (learning rate, ESE run) whose STS-B dev figures pass the most acceptance checks,
-    ties broken by the ≺Avg gain (the first check)."""
-    return max(
-        dev_checks,
-        key=lambda key: (sum(v >= f for _, v, f in dev_checks[key]), dev_checks[key][0][1]),
-    )
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_training_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--model", default="all-MiniLM-L6-v2")
     parser.add_argument("--data", default=",".join(DEFAULT_TRAINING_DATA))
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=2e-5)
-    parser.add_argument(
-        "--loss",
-        choices=tuple(LOSS_DESCRIPTIONS),
-        default="angle",
-        help="base loss of every run (RAW, MRL and ESE alike)",
-    )
+    parser.add_argument("--loss", choices=tuple(GRID.losses), default="angle",
+                        help="base loss of every run (RAW, MRL and ESE alike)")  # fmt: skip
     parser.add_argument(
         "--ese",
         default="paper",
-        help=f"ESE variants (comma-separated, from {', '.join(ESE_VARIANTS)}); with more than "
+        help=f"ESE variants (comma-separated, from {', '.join(GRID.ese)}); with more than "
         "one (or more than one rate) the variant and rate are chosen on STS-B dev",
     )
     parser.add_argument(
@@ -310,12 +145,10 @@ def main() -> int:
         "larger ≺Avg gain) is the one evaluated on the test sets and used for the ablations",
     )
     parser.add_argument("--max-steps", type=int, default=None, help="cap every main run")
-    parser.add_argument(
-        "--seed", type=int, default=0, help="data order and initialisation of every run"
-    )
-    parser.add_argument(
-        "--sts-sets", default=None, help="test sets (comma-separated; default: the 7 STS sets)"
-    )
+    parser.add_argument("--seed", type=int, default=0,
+                        help="data order and initialisation of every run")  # fmt: skip
+    parser.add_argument("--sts-sets", default=None,
+                        help="test sets (comma-separated; default: the 7 STS sets)")  # fmt: skip
     parser.add_argument("--eval-steps", type=int, default=100)
     parser.add_argument(
         "--head-lr",
@@ -324,9 +157,8 @@ def main() -> int:
         help="learning rate of the objective's own parameters (runs with exit heads or "
         "learnt layer weights only)",
     )
-    parser.add_argument(
-        "--ablation-steps", type=int, default=150, help="0: the full schedule of the main runs"
-    )
+    parser.add_argument("--ablation-steps", type=int, default=150,
+                        help="0: the full schedule of the main runs")  # fmt: skip
     parser.add_argument(
         "--patience",
         type=int,
@@ -334,6 +166,9 @@ def main() -> int:
         help="early stopping after this many dev evaluations without a new best (0: off, "
         "which a fixed-budget comparison wants; 5 is what the first recorded run used)",
     )
+
+
+def add_workflow_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--posthoc-heads",
         action="store_true",
@@ -369,47 +204,51 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--runs-dir", default=None, help="default: <cache>/runs/espresso")
     parser.add_argument("--results-name", default="espresso")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
 
-    started = time.perf_counter()
-    runs = Path(args.runs_dir) if args.runs_dir else cache_root() / "runs" / "espresso"
-    lrs = [float(v) for v in args.lrs.split(",")] if args.lrs else [args.lr]
-    variants = [v.strip() for v in args.ese.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in ESE_VARIANTS]
-    if unknown or not variants:
-        parser.error(f"--ese: choose from {', '.join(ESE_VARIANTS)}")
+
+def parse_args() -> argparse.Namespace:
+    """The options, and what they name: ``lrs``, ``variants``, ``ese_runs`` (run name ->
+    variant) and ``main_specs`` (run name -> Run)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_training_options(parser)
+    add_workflow_options(parser)
+    args = parser.parse_args()
+    args.lrs = [float(v) for v in args.lrs.split(",")] if args.lrs else [args.lr]
+    args.variants = [v.strip() for v in args.ese.split(",") if v.strip()]
+    if not args.variants or any(v not in GRID.ese for v in args.variants):
+        parser.error(f"--ese: choose from {', '.join(GRID.ese)}")
     # A single paper variant keeps the run name "ese" (and the run directories of older runs).
-    ese_runs = {("ese" if variants == ["paper"] else f"ese-{v}"): v for v in variants}
-    main_specs = {
-        **BASELINES,
-        **{name: ("ese", ESE_VARIANTS[v]) for name, v in ese_runs.items()},
-    }
+    single = args.variants == ["paper"]
+    args.ese_runs = {("ese" if single else f"ese-{v}"): v for v in args.variants}
+    ese = {name: Run("ese", GRID.ese[v].all_options()) for name, v in args.ese_runs.items()}
+    args.main_specs = {**GRID.baselines, **ese}
     if args.only:
         only = set(args.only.split(","))
-        if not only <= set(main_specs):
-            parser.error(f"--only: choose from {', '.join(main_specs)}")
-        main_specs = {n: spec for n, spec in main_specs.items() if n in only}
-    sets = load_training_sets(args.data.split(","), args.data_dir)
-    dev = load_stsb("dev", args.data_dir)
-    log("training sets: " + ", ".join(f"{s.name} {len(s)}" for s in sets))
+        if not only <= set(args.main_specs):
+            parser.error(f"--only: choose from {', '.join(args.main_specs)}")
+        args.main_specs = {n: run for n, run in args.main_specs.items() if n in only}
+    if args.only_ablations and len(args.lrs) > 1:
+        parser.error("--only-ablations takes one learning rate")
+    return args
 
-    finished: list[tuple[float, str, tuple[Path, float | None, int, float]]] = []
+
+class Trainer:
+    """Trains runs on one data set and dev set, keeping each run's outcome in order."""
+
+    def __init__(self, args: argparse.Namespace, sets: list[TrainingSet], dev: ScoredPairs):
+        self.args, self.sets, self.dev = args, sets, dev
+        self.runs = Path(args.runs_dir) if args.runs_dir else cache_root() / "runs" / "espresso"
+        self.finished: list[tuple[float, str, Outcome]] = []
 
     def train(
-        name: str,
-        method: str,
-        options: dict[str, Any],
-        lr: float,
-        steps: int | None,
-        frozen_start: Path | None = None,
-    ):
+        self, name: str, run: Run, lr: float, steps: int | None, frozen_start: Path | None = None
+    ) -> Outcome:
         """Train one run; from ``frozen_start`` only the objective's own parameters train."""
+        args = self.args
         model = SentenceModel.load(frozen_start or args.model)
-        objective_options, update_options = split_options(options)
+        objective_options, update_options = split_options(run.options)
         objective = make_objective(
-            method, model.num_layers, model.dim, args.loss, **objective_options
+            run.method, model.num_layers, model.dim, args.loss, **objective_options
         )
         config = TrainingConfig(
             max_epochs=args.epochs,
@@ -426,185 +265,302 @@ def main() -> int:
             **update_options,
         )
         log(f"--- {name} (lr {lr:g}): {objective.describe()}")
-        run_dir = runs / slug(name) if len(lrs) == 1 else runs / f"lr{lr:g}" / slug(name)
-        result = fine_tune(model, objective, sets, run_dir, config, dev=dev, description=name)
+        run_dir = self.runs / slug(name)
+        if len(args.lrs) > 1:
+            run_dir = self.runs / f"lr{lr:g}" / slug(name)
+        result = fine_tune(model, objective, self.sets, run_dir, config, dev=self.dev,
+                           description=name)  # fmt: skip
         chosen = result.last_dir if args.select == "last" else result.model_dir
         log(f"{name}: STS-B dev {result.best_score:.2f} after {result.steps} steps")
         outcome = (chosen, result.best_score, result.steps, result.seconds)
-        finished.append((lr, name, outcome))
+        self.finished.append((lr, name, outcome))
         return outcome
 
-    main_runs: dict[float, dict[str, tuple[Path, float | None, int, float]]] = {}
-    if args.only_ablations and len(lrs) > 1:
-        parser.error("--only-ablations takes one learning rate")
-    if args.train_only in (None, "main") and not args.only_ablations:
-        for lr in lrs:
-            runs_at = {n: train(n, m, o, lr, None) for n, (m, o) in main_specs.items()}
-            if args.posthoc_heads and "raw" in runs_at:
-                runs_at[POSTHOC] = train(
-                    POSTHOC, "ese", POSTHOC_OPTIONS, lr, None, frozen_start=runs_at["raw"][0]
-                )
-            main_runs[lr] = runs_at
+
+def slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-").replace("--", "-")
+
+
+def train_main_runs(trainer: Trainer, args: argparse.Namespace) -> dict[float, dict[str, Outcome]]:
+    """RAW, MRL and the ESE runs at every candidate rate (and the post-hoc heads on RAW)."""
+    main_runs: dict[float, dict[str, Outcome]] = {}
+    if args.train_only not in (None, "main") or args.only_ablations:
+        return main_runs
+    posthoc = GRID.posthoc
+    for lr in args.lrs:
+        runs_at = {
+            name: trainer.train(name, run, lr, None) for name, run in args.main_specs.items()
+        }
+        if args.posthoc_heads and "raw" in runs_at:
+            runs_at[posthoc.name] = trainer.train(
+                posthoc.name, posthoc, lr, None, frozen_start=runs_at["raw"][0]
+            )
+        main_runs[lr] = runs_at
+    return main_runs
+
+
+def acceptance(
+    avg: LayerAverages, original: str, ese: str, raw: str, mrl: str
+) -> list[tuple[str, float, float]]:
+    """The issue's checks as (name, value, floor); a check passes when value >= floor."""
+    n = max(layer for m, layer, _ in avg if m == ese)
+    full = max(dim for m, _, dim in avg if m == ese)
+    return [
+        ("ESE ≺Avg − RAW ≺Avg", inner_layer_mean(avg, ese) - inner_layer_mean(avg, raw), 10.0),
+        ("ESE last − RAW last (full)", avg[ese, n, full] - avg[raw, n, full], -0.5),
+        ("ESE last − original", avg[ese, n, full] - avg[original, n, full], -1.0),
+        *[(f"ESE − MRL, last layer, {d} dims", avg[ese, n, d] - avg[mrl, n, d], 0.0)
+          for d in ACCEPTANCE_DIMS],
+    ]  # fmt: skip
+
+
+def dev_comparison(
+    args: argparse.Namespace,
+    main_runs: dict[float, dict[str, Outcome]],
+    base_name: str,
+    dev: ScoredPairs,
+) -> tuple[list[ResultRecord], DevChecks]:
+    """With more than one candidate (or --dev-only): every main run scored on STS-B dev, and
+    each (rate, ESE run)'s acceptance checks there."""
+    if len(args.lrs) == 1 and len(args.ese_runs) == 1 and not args.dev_only:
+        return [], {}
+    suite = {"STSBenchmark-dev": dev}
+    records = score_every_layer(args.model, base_name, suite, GRID.dims)
+    for run_lr, runs_at in main_runs.items():
+        for name, (model_dir, *_rest) in runs_at.items():
+            label = f"{base_name}+{name}@lr{run_lr:g}"
+            records += score_every_layer(model_dir, label, suite, GRID.dims)
+    avg = layer_averages(records)
+    checks: DevChecks = {}
+    for candidate in args.lrs:
+        raw, mrl = (f"{base_name}+{k}@lr{candidate:g}" for k in ("raw", "mrl"))
+        for name in args.ese_runs:
+            ese = f"{base_name}+{name}@lr{candidate:g}"
+            checks[candidate, name] = acceptance(avg, base_name, ese, raw, mrl)
+    return records, checks
+
+
+def choose_run(dev_checks: DevChecks) -> tuple[float, str]:
+    """The (learning rate, ESE run) whose STS-B dev figures pass the most acceptance checks,
+    ties broken by the ≺Avg gain (the first check)."""
+    return max(
+        dev_checks,
+        key=lambda key: (sum(v >= f for _, v, f in dev_checks[key]), dev_checks[key][0][1]),
+    )
+
+
+def chosen_runs(
+    trainer: Trainer, main_runs: dict[float, dict[str, Outcome]], lr: float, ese_name: str
+) -> dict[str, Outcome]:
+    """The runs the test sets score: the chosen rate's RAW and MRL (and post-hoc heads), its
+    chosen ESE run as "ese", and the ablations unless left out."""
+    args = trainer.args
+    kept = (*GRID.baselines, GRID.posthoc.name)
+    trained = {k: v for k, v in main_runs.get(lr, {}).items() if k in kept}
+    if ese_name in main_runs.get(lr, {}):
+        trained["ese"] = main_runs[lr][ese_name]
+    if args.no_ablations or args.train_only not in (None, "ablations"):
+        return trained
+    variant = GRID.ese[args.ese_runs[ese_name]].all_options()
+    for name, run in GRID.ablations.runs.items():
+        if name == GRID.ablations.reference and not args.ablation_steps and "ese" in trained:
+            trained[name] = trained["ese"]  # the same schedule: reuse, do not retrain
+        else:
+            ablated = Run(run.method, {**variant, **run.options})
+            trained[name] = trainer.train(name, ablated, lr, args.ablation_steps)
+    return trained
+
+
+def score_on_test(
+    args: argparse.Namespace, base_name: str, trained: dict[str, Outcome]
+) -> list[ResultRecord]:
+    """The backbone and every trained run on the test sets, every layer × width."""
+    names = args.sts_sets.split(",") if args.sts_sets else None
+    suite = load_sts_suite(args.data_dir, names) if names else load_sts_suite(args.data_dir)
+    records = score_every_layer(args.model, base_name, suite, GRID.dims)
+    for name, (model_dir, *_rest) in trained.items():
+        records += score_every_layer(model_dir, f"{base_name}+{name}", suite, GRID.dims)
+    return records
+
+
+def main() -> int:
+    args = parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    sets = load_training_sets(args.data.split(","), args.data_dir)
+    dev = load_stsb("dev", args.data_dir)
+    log("training sets: " + ", ".join(f"{s.name} {len(s)}" for s in sets))
+    trainer = Trainer(args, sets, dev)
+    main_runs = train_main_runs(trainer, args)
     if args.train_only == "main" or args.only:
         return 0
-
     base_name = load_encoder(args.model, cache=False).name
-    dev_records: list[ResultRecord] = []
-    dev_checks: dict[tuple[float, str], list[tuple[str, float, float]]] = {}
-    if len(lrs) > 1 or len(ese_runs) > 1 or args.dev_only:
-        suite = {"STSBenchmark-dev": dev}
-        dev_records = sts_grid(args.model, base_name, suite)
-        for run_lr, runs_at in main_runs.items():
-            for name, (model_dir, *_rest) in runs_at.items():
-                dev_records += sts_grid(model_dir, f"{base_name}+{name}@lr{run_lr:g}", suite)
-        dev_avg = averages(dev_records)
-        for candidate in lrs:
-            raw, mrl = (f"{base_name}+{k}@lr{candidate:g}" for k in ("raw", "mrl"))
-            for name in ese_runs:
-                ese = f"{base_name}+{name}@lr{candidate:g}"
-                dev_checks[candidate, name] = acceptance(dev_avg, base_name, ese, raw, mrl)
+    dev_records, dev_checks = dev_comparison(args, main_runs, base_name, dev)
     if args.dev_only:
         print(dev_checks_table(dev_checks))
         return 0
-    lr, ese_name = choose_run(dev_checks) if dev_checks else (lrs[0], next(iter(ese_runs)))
-    variant = ese_runs[ese_name]
-    trained = {k: v for k, v in main_runs.get(lr, {}).items() if k in (*BASELINES, POSTHOC)}
-    if ese_name in main_runs.get(lr, {}):
-        trained["ese"] = main_runs[lr][ese_name]
-    if not args.no_ablations and args.train_only in (None, "ablations"):
-        for name, (method, options) in ABLATIONS.items():
-            if name == REFERENCE and not args.ablation_steps and "ese" in trained:
-                trained[name] = trained["ese"]  # the same schedule: reuse, do not retrain
-            else:
-                options = {**ESE_VARIANTS[variant], **options}
-                trained[name] = train(name, method, options, lr, args.ablation_steps)
+    first = (args.lrs[0], next(iter(args.ese_runs)))
+    lr, ese_name = choose_run(dev_checks) if dev_checks else first
+    trained = chosen_runs(trainer, main_runs, lr, ese_name)
     if args.train_only:
         return 0
-
-    test_suite = (
-        load_sts_suite(args.data_dir, args.sts_sets.split(","))
-        if args.sts_sets
-        else load_sts_suite(args.data_dir)
-    )
-    records = sts_grid(args.model, base_name, test_suite)
-    for name, (model_dir, *_rest) in trained.items():
-        records += sts_grid(model_dir, f"{base_name}+{name}", test_suite)
+    records = score_on_test(args, base_name, trained)
     elapsed = time.perf_counter() - started
     write_records(HERE / "results" / f"{args.results_name}.json", records + dev_records)
+    run = {"lr": lr, "ese_name": ese_name, "elapsed": elapsed, "base_name": base_name}
+    body = section(args, run, sets, trained, records, dev_checks, trainer.finished)
+    update_section(RESULTS_MD, args.results_name, body)
+    print(body)
+    return 0
 
-    avg = averages(records)
+
+def section(
+    args: argparse.Namespace,
+    run: dict[str, Any],
+    sets: list[TrainingSet],
+    trained: dict[str, Outcome],
+    records: list[ResultRecord],
+    dev_checks: DevChecks,
+    finished: list[tuple[float, str, Outcome]],
+) -> str:
+    """The RESULTS.md section: the run, the dev choice, the test tables, the training runs
+    and the ablations (each where the run has it)."""
+    lr = f"{run['lr']:g}"
+    avg = layer_averages(records)
+    # Written as its lines joined by line breaks, the section ends with one.
+    blocks = [
+        head(args, run, sets),
+        dev_part(args, lr, run["ese_name"], dev_checks),
+        test_tables(args, run["base_name"], trained, records, avg),
+        PROSE.fill("training_runs", table=training_table(finished)),
+        ablation_part(args, lr, run["base_name"], trained, avg),
+    ]
+    return join_blocks(*blocks) + "\n"
+
+
+def dev_part(args: argparse.Namespace, lr: str, ese_name: str, dev_checks: DevChecks) -> str:
+    """How the rate and ESE run were chosen on STS-B dev, where there was a choice."""
+    if not dev_checks:
+        return ""
+    return PROSE.fill(
+        "dev_choice",
+        rates=", ".join(f"{v:g}" for v in args.lrs),
+        variants=", ".join(args.variants),
+        lr=lr,
+        ese_name=ese_name,
+        dev_table=dev_checks_table(dev_checks),
+    )
+
+
+def head(args: argparse.Namespace, run: dict[str, Any], sets: list[TrainingSet]) -> str:
+    """The section's heading, command, machine and training setup."""
+    variant = args.ese_runs[run["ese_name"]]
+    selection = PROSE.fill(f"select_{args.select}", eval_steps=args.eval_steps)
+    return PROSE.fill(
+        results_name=args.results_name, arguments=" ".join(sys.argv[1:]),
+        machine=machine_description(), threads=torch.get_num_threads(),
+        wall_seconds=f"{run['elapsed']:.0f}", load_average=f"{os.getloadavg()[0]:.1f}",
+        backbone=run["base_name"], data=args.data,
+        set_sizes=", ".join(f"{s.name} {len(s)}" for s in sets), loss=GRID.losses[args.loss],
+        lr=f"{run['lr']:g}", batch_size=args.batch_size, epochs=args.epochs, seed=args.seed,
+        selection=selection, variant_description=GRID.ese[variant].description, variant=variant,
+    )  # fmt: skip
+
+
+def test_tables(
+    args: argparse.Namespace,
+    base_name: str,
+    trained: dict[str, Outcome],
+    records: list[ResultRecord],
+    avg: LayerAverages,
+) -> str:
+    """Targets, summary, every layer × width and the heatmaps: only with RAW, MRL and ESE."""
+    if not all(k in trained for k in MAIN_NAMES):
+        return ""
+    models = [base_name] + [f"{base_name}+{k}" for k in (*MAIN_NAMES, GRID.posthoc.name)
+                            if k in trained]  # fmt: skip
+    labels = {base_name: "original", **{f"{base_name}+{k}": k for k in trained}}
     n = max(layer for _, layer, _ in avg)
     full = max(dim for _, _, dim in avg)
-    labels = {base_name: "original", **{f"{base_name}+{k}": k for k in trained}}
-    main_names = ("raw", "mrl", "ese")
-    main_models = [base_name] + [f"{base_name}+{k}" for k in (*main_names, POSTHOC) if k in trained]
-    sections = [
-        f"## Espresso (ESE) vs RAW and MRL fine-tuning (`{args.results_name}`)",
-        "",
-        f"Command: `python benchmarks/espresso.py {' '.join(sys.argv[1:])}`  ",
-        f"Machine: {machine_description()}; torch threads {torch.get_num_threads()}; wall time "
-        f"{elapsed:.0f} s (finished runs are reused); load average at the end "
-        f"{os.getloadavg()[0]:.1f}.  ",
-        f"Backbone {base_name}; data {args.data} ("
-        + ", ".join(f"{s.name} {len(s)}" for s in sets)
-        + f"); {LOSS_DESCRIPTIONS[args.loss]}; AdamW lr {lr:g}, batch {args.batch_size}, "
-        f"{args.epochs} epoch(s), "
-        f"10 % warm-up, clipping 1.0, linear decay, seed {args.seed}. "
-        + (
-            "Each run is evaluated at the end of its budget (STS-B dev is logged every "
-            f"{args.eval_steps} steps but selects nothing: on the last layer alone it would "
-            "keep the untrained model for every ESE run). "
-            if args.select == "last"
-            else "Each run is evaluated at its best STS-B dev checkpoint (last layer). "
-        )
-        + "MRL dims 384/256/128/64/32/16/8. ESE defaults: alpha = beta = 1, k = 128, "
-        "w_i = 1/(1+ln i), compression by PCA of the dependency matrix; the ESE run reported "
-        f"is {ESE_DESCRIPTIONS[variant]} (`--ese {variant}`).",
-        "",
+    ese, raw, mrl = (f"{base_name}+{k}" for k in ("ese", "raw", "mrl"))
+    checks = acceptance(avg, base_name, ese, raw, mrl)
+    summary = [
+        [labels[m], round(inner_layer_mean(avg, m), 2), round(avg[m, n, full], 2),
+         *(round(avg[m, n, d], 2) for d in ACCEPTANCE_DIMS)]
+        for m in models
+    ]  # fmt: skip
+    every = [
+        [labels[m], layer, *(round(avg[m, layer, d], 2) for d in (full, *GRID.dims))]
+        for m in models
+        for layer in range(1, n + 1)
     ]
-    if dev_checks:
-        sections += [
-            f"Chosen on STS-B dev among rates {', '.join(f'{v:g}' for v in lrs)} and ESE "
-            f"variants {', '.join(variants)}: **lr {lr:g}, {ese_name}** (most acceptance "
-            "checks passed on dev, then the larger ≺Avg gain); only that rate's RAW and MRL "
-            "and that ESE run were scored on the test sets. The checks on dev:",
-            "",
-            dev_checks_table(dev_checks),
-            "",
-        ]
-    if all(f"{base_name}+{k}" in main_models for k in main_names):
-        ese, raw, mrl = (f"{base_name}+{k}" for k in ("ese", "raw", "mrl"))
-        grid_rows = [
-            [labels[m], layer, *(round(avg[m, layer, d], 2) for d in (full, *DIMS))]
-            for m in main_models
-            for layer in range(1, n + 1)
-        ]
-        summary_rows = [
-            [labels[m], round(inner_avg(avg, m), 2), round(avg[m, n, full], 2),
-             *(round(avg[m, n, d], 2) for d in (128, 64, 32))]
-            for m in main_models
-        ]  # fmt: skip
-        heatmaps = [
-            plot_layer_heatmap(
-                [r for r in records if r.model == m],
-                HERE / "results" / f"{args.results_name}_{labels[m]}.png",
-                "sts",
-                title=f"{labels[m]}: 7-set STS average, layer × dims",
-            ).name
-            for m in main_models
-        ]
-        sections += [
-            "Targets (test sets):",
-            "",
-            markdown_table(
-                ["check", "value", "target"], check_rows(acceptance(avg, base_name, ese, raw, mrl))
-            ),
-            "",
-            "Summary (7-set STS average; ≺Avg = mean over layers 1..n−1 at full width):",
-            "",
-            markdown_table(
-                ["model", "≺Avg", "last layer", "last @128", "last @64", "last @32"],
-                summary_rows,
-            ),
-            "",
-            "Every layer × dimension (7-set STS average, truncation):",
-            "",
-            markdown_table(["model", "layer", str(full), *map(str, DIMS)], grid_rows),
-            "",
-            "Heatmaps: " + ", ".join(f"`benchmarks/results/{h}`" for h in heatmaps) + ".",
-            "",
-        ]
-    train_rows = [
+    heatmaps = [
+        plot_layer_heatmap(
+            [r for r in records if r.model == m],
+            HERE / "results" / f"{args.results_name}_{labels[m]}.png",
+            "sts",
+            title=PROSE.fill("heatmap_title", label=labels[m]),
+        ).name
+        for m in models
+    ]
+    return PROSE.fill(
+        "test_tables",
+        targets_table=markdown_table(
+            ["check", "value", "target"],
+            [[name, round(value, 2), f">= {floor:+g}"] for name, value, floor in checks],
+        ),
+        summary_table=markdown_table(
+            ["model", "≺Avg", "last layer", *(f"last @{d}" for d in ACCEPTANCE_DIMS)], summary
+        ),
+        grid_table=markdown_table(["model", "layer", str(full), *map(str, GRID.dims)], every),
+        heatmaps=", ".join(f"`benchmarks/results/{h}`" for h in heatmaps),
+    )
+
+
+def dev_checks_table(dev_checks: DevChecks) -> str:
+    """One row per (learning rate, ESE run): its acceptance checks on STS-B dev."""
+    first = next(iter(dev_checks.values()))
+    rows = [
+        [f"{candidate:g}", name, *(round(v, 2) for _, v, _ in checks)]
+        for (candidate, name), checks in dev_checks.items()
+    ]
+    return markdown_table(["lr", "ESE run", *(name for name, *_ in first)], rows)
+
+
+def training_table(finished: list[tuple[float, str, Outcome]]) -> str:
+    rows = [
         [name, f"{run_lr:g}", steps, round(score, 2) if score is not None else "", f"{secs:.0f}"]
         for run_lr, name, (_, score, steps, secs) in finished
     ]
-    sections += [
-        "Training runs (steps, best STS-B dev seen at an evaluation, seconds on this machine):",
-        "",
-        markdown_table(["run", "lr", "steps", "best STS-B dev", "seconds"], train_rows),
-        "",
-    ]
-    ablated = [name for name in ABLATIONS if name in trained]
-    if ablated:
-        schedule = f"{args.ablation_steps} steps" if args.ablation_steps else "the full schedule"
-        ablation_rows = [
-            [name, round(inner_avg(avg, f"{base_name}+{name}"), 2),
-             round(avg[f"{base_name}+{name}", n, full], 2),
-             *(round(avg[f"{base_name}+{name}", n, d], 2) for d in (128, 64))]
-            for name in ablated
-        ]  # fmt: skip
-        sections += [
-            f"Ablations (paper's Table 2), {schedule} each at lr {lr:g}:",
-            "",
-            markdown_table(
-                ["variant", "≺Avg", "last layer", "last @128", "last @64"], ablation_rows
-            ),
-            "",
-        ]
-    body = "\n".join(sections)
-    update_section(HERE / "RESULTS.md", args.results_name, body)
-    print(body)
-    return 0
+    return markdown_table(["run", "lr", "steps", "best STS-B dev", "seconds"], rows)
+
+
+def ablation_part(
+    args: argparse.Namespace,
+    lr: str,
+    base_name: str,
+    trained: dict[str, Outcome],
+    avg: LayerAverages,
+) -> str:
+    """The ablations' table, where the run has them."""
+    ablated = {name: f"{base_name}+{name}" for name in GRID.ablations.runs if name in trained}
+    if not ablated:
+        return ""
+    n = max(layer for _, layer, _ in avg)
+    full = max(dim for _, _, dim in avg)
+    rows = [
+        [name, round(inner_layer_mean(avg, m), 2), round(avg[m, n, full], 2),
+         *(round(avg[m, n, d], 2) for d in (128, 64))]
+        for name, m in ablated.items()
+    ]  # fmt: skip
+    schedule = (
+        PROSE.fill("schedule_steps", steps=args.ablation_steps)
+        if args.ablation_steps
+        else PROSE.fill("schedule_full")
+    )
+    header = ["variant", "≺Avg", "last layer", "last @128", "last @64"]
+    return PROSE.fill("ablations", schedule=schedule, lr=lr, table=markdown_table(header, rows))
 
 
 if __name__ == "__main__":

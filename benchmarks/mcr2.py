@@ -27,6 +27,7 @@ import torch
 from sklearn.metrics import normalized_mutual_info_score
 from threadpoolctl import threadpool_limits
 
+from _common import HERE, RESULTS_MD, log, template
 from demitasse.compress import make_compressor, make_quantizer
 from demitasse.compress.mcr2 import MCR2
 from demitasse.data import (
@@ -46,10 +47,9 @@ from demitasse.evaluation.clustering import (
 from demitasse.evaluation.records import ResultRecord, machine_description, write_records
 from demitasse.evaluation.tasks import EmbeddedTexts, Score, STSTask
 from demitasse.loading import load_encoder
-from demitasse.report import markdown_table, plot_sts_vs_dim
-from demitasse.report.results_file import update_section
+from demitasse.report import markdown_table, plot_sts_vs_dim, sts_table
+from demitasse.report.templates import fill_section
 
-HERE = Path(__file__).resolve().parent
 STSB_MIN_SCORE = 4.0
 
 
@@ -235,10 +235,6 @@ def run_model(
     return records
 
 
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def _clustering_table(records: list[ResultRecord]) -> str:
     cells: dict[tuple[str, str, int], dict[str, float]] = {}
     for r in records:
@@ -279,42 +275,22 @@ def main() -> int:
     plot = plot_sts_vs_dim(
         sts_records, HERE / "results" / "mcr2.png", title="MCR² head vs PCA: 7-set STS average"
     )
-    from demitasse.report import sts_table
-
     command = "python benchmarks/mcr2.py --data-dir ../shared/data"
     if args.models != "all-MiniLM-L6-v2":
         command += f" --models {args.models}"
-    body = "\n".join(
-        [
-            "## MCR² projection head (`mcr2`)",
-            "",
-            f"Command: `{command}`  ",
-            f"Machine: {machine_description()}; {args.threads} torch thread(s); "
-            f"wall time {elapsed:.0f} s "
-            "(embedding cache warm).  ",
-            "Heads trained on similar-sentence pairs from training splits only (SNLI dev+test "
-            "entailment, MRPC train paraphrases, STS-B train score >= 4 less every STS test or dev "
-            "pair); PCA fitted on the "
-            "same sentences. Spearman ×100 of cosine on the STS test sets, comparable to "
-            f"Table II of Ševerdija et al. (2023). Agreement weight λ = {STS_LAMBDA:g} for every "
-            "head, picked on STS-B dev only from 2/10/40 (no hyperparameter sees the TREC "
-            "labels); other hyperparameters are the defaults of "
-            "`MCR2` (ELU MLP 512 hidden, ε = 0.5, batch 512 pairs, ≤ 30 epochs, patience 11).",
-            "",
-            sts_table(sts_records),
-            "",
-            "TREC clustering (5952 questions, 6 classes; accuracy and NMI ×100, seconds of "
-            "clustering: k-means with 10 restarts on 1 thread, the head's argmax, or for "
-            "`mcr2-trec` fitting a head on the unlabeled questions plus its argmax). `mcr2`: "
-            "the STS-trained head's cluster argmax (n_clusters=6, never saw TREC); "
-            "`mcr2+kmeans`: k-means on its features.",
-            "",
-            _clustering_table(records),
-            "",
-            f"Plot: `benchmarks/results/{plot.name}`.",
-        ]
+    body = fill_section(
+        RESULTS_MD,
+        "mcr2",
+        template("mcr2"),
+        command=command,
+        machine=machine_description(),
+        threads=args.threads,
+        wall_seconds=f"{elapsed:.0f}",
+        sts_lambda=f"{STS_LAMBDA:g}",
+        sts_table=sts_table(sts_records),
+        clustering_table=_clustering_table(records),
+        plot=plot.name,
     )
-    update_section(HERE / "RESULTS.md", "mcr2", body)
     print(body)
     return 0
 

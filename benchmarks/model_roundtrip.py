@@ -25,6 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from _common import HERE, RESULTS_MD, template
 from demitasse import CompressedModel
 from demitasse.cli.specs import parse_compressor_specs
 from demitasse.data import STSB_FIT_DATA, stsb_fit_sentences
@@ -40,9 +41,8 @@ from demitasse.export import export_model
 from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
 from demitasse.report.plots import save_figure
-from demitasse.report.results_file import update_section
+from demitasse.report.templates import fill_section
 
-HERE = Path(__file__).resolve().parent
 NAME = "model_roundtrip"
 #: (method spec, dim, precision): the issue's PCA-64-int8, and two more shapes of model.
 CONFIGS = (("pca", 64, "int8"), ("truncate", 128, "binary"), ("pca-whiten", 32, "float32"))
@@ -120,26 +120,17 @@ def main() -> int:
     figure = plot(rows, HERE / "results" / f"{NAME}.png")
     headers = ["method", "dim", "precision", "eval --model", "sweep", "difference",
                f"export: min cosine over {EXPORT_TEXTS} sentences"]  # fmt: skip
-    body = "\n".join(
-        [
-            f"## One model from fit to evaluation to export (`{NAME}`)",
-            "",
-            "Command: `python benchmarks/model_roundtrip.py --data-dir ../shared/data`  ",
-            f"Machine: {machine_description()}; wall time {time.perf_counter() - started:.0f} s.  ",
-            f"Model {args.model}, last layer. Each configuration is fitted once as a "
-            "`CompressedModel` on the STS-B train sentences that are in no STS test or dev "
-            "split, saved, loaded and scored on the 7 STS sets (`evaluate_model`, which "
-            "`demitasse eval --model M` runs), next to the string-spec sweep fitted on the same "
-            "sentences (`evaluate_grid`). The loaded model is then exported to "
-            "sentence-transformers (`export_model`) and the export's vectors of "
-            f"{EXPORT_TEXTS} STS sentences are compared with the model's own float vectors.",
-            "",
-            markdown_table(headers, rows),
-            "",
-            f"Plot: `benchmarks/results/{figure.name}`.",
-        ]
+    body = fill_section(
+        RESULTS_MD,
+        NAME,
+        template(NAME),
+        machine=machine_description(),
+        wall_seconds=f"{time.perf_counter() - started:.0f}",
+        model=args.model,
+        export_texts=EXPORT_TEXTS,
+        table=markdown_table(headers, rows),
+        plot=figure.name,
     )
-    update_section(HERE / "RESULTS.md", NAME, body)
     print(body)
     return 0
 

@@ -20,20 +20,18 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from _common import run_posthoc_grid
+from _common import HERE, RESULTS_MD, posthoc_facts, run_posthoc_grid, template
 from demitasse.data import resolve_data_dir
 from demitasse.data.beir import load_beir
 from demitasse.evaluation import (
     ResultRecord,
-    machine_description,
     write_records,
 )
 from demitasse.evaluation.retrieval import RetrievalTask
 from demitasse.report import markdown_table
 from demitasse.report.plots import save_figure
-from demitasse.report.results_file import update_section
+from demitasse.report.templates import fill_section
 
-HERE = Path(__file__).resolve().parent
 METRICS = ("ndcg@10", "recall@100", "mrr@10")
 PUBLISHED_NDCG10 = 64.51  # all-MiniLM-L6-v2 on SciFact test (MTEB), cosine, exact search
 
@@ -105,40 +103,23 @@ def main() -> int:
         for r in records
         if r.method == "none" and r.precision == "float32" and r.metric == "ndcg@10"
     )
-    body = "\n".join(
-        [
-            "## Retrieval: BEIR SciFact under post-hoc compression (`retrieval`)",
-            "",
-            "Command: `python benchmarks/retrieval.py --data-dir ../shared/data`  ",
-            f"Machine: {machine_description()}; wall time {elapsed:.0f} s "
-            "(embedding cache warm).  ",
-            f"Model {encoder.name}, last layer, {encoder.pooling} pooling; SciFact test split "
-            f"({len(scifact.query_ids)} queries, {len(scifact.corpus_ids)} documents, "
-            'title + " " + text); exact faiss search: cosine for float32, cosine of the codes '
-            "for int8, Hamming for binary. Compressors and int8 ranges fitted on the STS-B train "
-            "sentences that are in no STS test or dev split (never on SciFact). Metrics ×100, "
-            "averaged over the judged queries.",
-            "",
-            markdown_table(
-                ["check", "ours", "published", "difference"],
-                [
-                    [
-                        "nDCG@10, uncompressed float32",
-                        f"{ours:.3f}",
-                        f"{PUBLISHED_NDCG10:.2f}",
-                        f"{ours - PUBLISHED_NDCG10:+.3f}",
-                    ]
-                ],
-            ),
-            "",
-            "All rows:",
-            "",
-            retrieval_table(records),
-            "",
-            f"Plot: `benchmarks/results/{plot.name}`.",
-        ]
+    check = [
+        "nDCG@10, uncompressed float32",
+        f"{ours:.3f}",
+        f"{PUBLISHED_NDCG10:.2f}",
+        f"{ours - PUBLISHED_NDCG10:+.3f}",
+    ]
+    body = fill_section(
+        RESULTS_MD,
+        "retrieval",
+        template("retrieval"),
+        **posthoc_facts(encoder, elapsed),
+        n_queries=len(scifact.query_ids),
+        n_documents=len(scifact.corpus_ids),
+        check_table=markdown_table(["check", "ours", "published", "difference"], [check]),
+        table=retrieval_table(records),
+        plot=plot.name,
     )
-    update_section(HERE / "RESULTS.md", "retrieval", body)
     print(body)
     return 0
 

@@ -9,6 +9,8 @@ all-MiniLM-L6-v2 embeddings of unlabeled sentences (the sample of learned_compre
    documented proxy for its WARE achievement rate (see ``removal_importance``);
 3. S-XBM memory size vs training time and STS-B dev quality (the paper's Table 3).
 
+The widths and memory sizes: grids/smec_analyses.toml.
+
     OMP_NUM_THREADS=1 python benchmarks/smec_analyses.py --data-dir ../shared/data
 """
 
@@ -18,6 +20,7 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +31,38 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+from _common import HERE, RESULTS_MD, grid, log, template
 from demitasse.compress.smec import SMEC
-from demitasse.data import load_sts_suite, load_stsb, load_unlabeled, resolve_data_dir
+from demitasse.data import load_sts_suite, load_stsb, resolve_data_dir
 from demitasse.data.beir import load_beir
+from demitasse.encoders import Encoder
 from demitasse.evaluation import ResultRecord, STSTask, machine_description, write_records
 from demitasse.evaluation.retrieval import RetrievalTask
 from demitasse.evaluation.sts import spearman_x100
+from demitasse.experiments import evaluation_texts, held_out_unlabeled
 from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
 from demitasse.report.plots import save_figure
-from demitasse.report.results_file import update_section
+from demitasse.report.templates import fill_section
 
-HERE = Path(__file__).resolve().parent
-STAGES = (128, 64, 32)
 WINDOW = 5  # steps per gradient-variance window (demitasse.compress.learned._GradientLog)
+SELECTIONS = ("ADS", "truncation", "top variance", "proxy-WARE top-k (oracle)")
+
+
+@dataclass(frozen=True)
+class Grid:
+    stages: list[int]
+    importance_sample: int
+    memory_sizes: list[int]
+
+    def __post_init__(self) -> None:
+        if not self.stages or any(
+            b * 2 != a for a, b in zip(self.stages, self.stages[1:], strict=False)
+        ):
+            raise ValueError("'stages' must be widths each half the one before (SMEC's stages)")
+
+
+GRID = grid("smec_analyses", Grid)
 
 
 def removal_importance(X: np.ndarray) -> np.ndarray:
@@ -98,215 +119,196 @@ def variance_series(history: list[dict[str, Any]], run: str, module: int) -> np.
     return np.array(rows, dtype=float).reshape(-1, 3)
 
 
+@dataclass
+class Analyses:
+    """What the three analyses share: the fit rows, the dev scorer, SMEC's common options,
+    and the records they add to."""
+
+    model: str
+    input_dim: int
+    fit_data: str
+    X: np.ndarray
+    dev: DevScorer
+    common: dict[str, Any]
+    records: list[ResultRecord]
+
+    def record(
+        self, method: str, dim: int, dataset: str, metric: str, score: float, **extra: Any
+    ) -> None:
+        record = ResultRecord(
+            model=self.model, layer=None, method=method, dim=dim, precision="float32",
+            task="analysis", dataset=dataset, metric=metric, score=float(score),
+            bytes_per_vector=4 * dim, fit_data=self.fit_data, extra=extra,
+        )  # fmt: skip
+        self.records.append(record)
+
+    def at_width(self, model: SMEC, width: int) -> float:
+        return self.dev(lambda V: model.transform(V, dim=width))
+
+    def stage_names(self) -> list[str]:
+        inputs = [self.input_dim, *GRID.stages[:-1]]
+        return [f"{a}→{b}" for a, b in zip(inputs, GRID.stages, strict=True)]
+
+
+def gradient_variance(run: Analyses) -> tuple[list[list[Any]], dict[str, dict[str, np.ndarray]]]:
+    """Analysis 1: parallel vs sequential (SMRL) training of the same stages."""
+    curves: dict[str, dict[str, np.ndarray]] = {}
+    rows = []
+    chain = "→".join(map(str, GRID.stages))
+    for smrl in (False, True):
+        mode = "SMRL" if smrl else "parallel"
+        clock = time.perf_counter()
+        model = SMEC(dim=GRID.stages[0], min_dim=GRID.stages[-1], smrl=smrl,
+                     record_gradients=True, **run.common).fit(run.X)  # fmt: skip
+        seconds = time.perf_counter() - clock
+        curves[mode] = {}
+        for index, (width, stage) in enumerate(zip(GRID.stages, run.stage_names(), strict=True)):
+            name, module = (f"smec: stage {width}", 0) if smrl else (f"smec: stage {chain}", index)
+            series = curves[mode][stage] = variance_series(model.history_, name, module)
+            score = run.at_width(model, width)
+            medians = np.median(series[:, 1]), np.median(series[:, 2])
+            steps = len(series) * WINDOW
+            rows.append([mode, stage, steps, *(f"{m:.3g}" for m in medians), round(score, 2)])
+            method = f"smec-{mode.lower()}"
+            run.record(method, width, "gradient-variance", "median-variance", medians[0],
+                       stage=stage, window_steps=WINDOW, steps=series[:, 0].tolist(),
+                       variance=series[:, 1].tolist(), relative=series[:, 2].tolist())  # fmt: skip
+            run.record(method, width, "gradient-variance", "median-relative", medians[1],
+                       stage=stage)  # fmt: skip
+            run.record(method, width, "STS-B-dev", "spearman", score,
+                       fit_seconds=round(seconds, 1))  # fmt: skip
+        log(f"gradient variance {mode}: fitted in {seconds:.0f} s")
+    return rows, curves
+
+
+def selections(
+    model: SMEC, k: int, by_variance: np.ndarray, ranked: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The k input dimensions each selection keeps."""
+    dims = [model.selected_dims(0), np.arange(k), by_variance[:k], ranked[:k]]
+    return dict(zip(SELECTIONS, dims, strict=True))
+
+
+def ads_vs_truncation(run: Analyses, seed: int, full: float) -> list[list[Any]]:
+    """Analysis 2: one single-stage SMEC per size on the raw (unrotated) dimensions."""
+    order = np.random.default_rng(seed).permutation(len(run.X))
+    importance = removal_importance(run.X[order[: GRID.importance_sample]].astype(np.float64))
+    ranked = np.argsort(-importance)
+    by_variance = np.argsort(-run.X.var(axis=0))
+    rows = []
+    for k in GRID.stages:
+        model = SMEC(dim=k, min_dim=k, rotate=False, xbm=False, **run.common).fit(run.X)
+        top = set(ranked[:k].tolist())
+        smec_score = run.at_width(model, k)
+        for name, dims in selections(model, k, by_variance, ranked).items():
+            hit = len(top & set(dims.tolist())) / k
+            score = run.dev(lambda V, d=dims: V[:, d])
+            kept = importance[dims].sum() / importance[ranked[:k]].sum()
+            rows.append([k, name, f"{hit:.2f}", f"{kept:.3f}", round(score, 2),
+                         f"{score / full:.3f}"])  # fmt: skip
+            method = name.split(" (")[0].replace(" ", "-")
+            run.record(method, k, "ads-selection", "achievement-rate", hit,
+                       chance=k / run.input_dim)  # fmt: skip
+            run.record(method, k, "ads-selection", "importance-captured", kept)
+            run.record(method, k, "STS-B-dev", "spearman", score, selection_only=True)
+            run.record(method, k, "STS-B-dev", "retained-fraction", score / full)
+        run.record("smec-single-stage", k, "STS-B-dev", "spearman", smec_score)
+        rows.append([k, "(SMEC output, ADS + reduction)", "", "", round(smec_score, 2),
+                     f"{smec_score / full:.3f}"])  # fmt: skip
+        log(f"ADS {k}: done")
+    return rows
+
+
+def memory_sizes(run: Analyses, sizes: list[int]) -> list[list[Any]]:
+    """Analysis 3: S-XBM memory size vs training time and quality."""
+    rows = []
+    for size in sizes:
+        wall, cpu = time.perf_counter(), time.process_time()
+        params = {"xbm": size > 0, "memory_size": max(size, 1)}
+        model = SMEC(dim=GRID.stages[0], min_dim=GRID.stages[-1], **params,
+                     **run.common).fit(run.X)  # fmt: skip
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        scores = [run.at_width(model, w) for w in GRID.stages]
+        rows.append([size, f"{wall:.1f}", f"{cpu:.1f}", *(round(s, 2) for s in scores)])
+        for width, score in zip(GRID.stages, scores, strict=True):
+            run.record("smec", width, "STS-B-dev", "spearman", score, memory_size=size,
+                       fit_seconds=round(wall, 1), cpu_seconds=round(cpu, 1))  # fmt: skip
+        log(f"S-XBM {size}: {wall:.0f} s")
+    return rows
+
+
+def plot_curves(curves: dict[str, dict[str, np.ndarray]], stages: list[str], n: int) -> Path:
+    """The first stage's variance and relative variance, and the last stage's relative one."""
+    figure, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    panels = ((stages[0], 1), (stages[0], 2), (stages[-1], 2))
+    for ax, (stage, field) in zip(axes, panels, strict=True):
+        for mode, colour in (("parallel", "tab:red"), ("SMRL", "tab:blue")):
+            series = curves[mode][stage]
+            ax.plot(series[:, 0], series[:, field], color=colour, label=mode)
+        ax.set_yscale("log")
+        ax.set_xlabel("training step of the stage")
+        what = "gradient variance" if field == 1 else "relative gradient variance"
+        ax.set_title(f"{what}, stage {stage}")
+        ax.legend()
+    figure.suptitle(f"SMEC on all-MiniLM-L6-v2, {n} unlabeled sentences: parallel vs SMRL")
+    figure.tight_layout()
+    return save_figure(figure, HERE / "results" / "smec_analyses.png")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--n-unlabeled", type=int, default=10000)
     parser.add_argument("--max-epochs", type=int, default=8, help="per SMEC stage")
-    parser.add_argument("--memory-sizes", default="0,1000,5000")
+    parser.add_argument("--memory-sizes", default=",".join(map(str, GRID.memory_sizes)))
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(1)
     started = time.perf_counter()
-    log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
-
-    data_dir = resolve_data_dir(args.data_dir)
-    encoder = load_encoder("all-MiniLM-L6-v2")
-    # The exclusion set of learned_compressors.py, so the sample (and the embedding cache) match.
-    eval_texts = STSTask(load_sts_suite(data_dir)).texts()
-    eval_texts += RetrievalTask(load_beir(data_dir / "beir" / "scifact")).texts()
-    exclude = set(eval_texts) | set(load_stsb("dev", data_dir).texts())
-    unlabeled = load_unlabeled(data_dir, args.n_unlabeled, args.seed, exclude)
-    fit_data = f"unlabeled-en-{len(unlabeled) // 1000}k"
-
-    def record(method: str, dim: int, dataset: str, metric: str, score: float, **extra: Any) -> Any:
-        return ResultRecord(
-            model=encoder.name, layer=None, method=method, dim=dim, precision="float32",
-            task="analysis", dataset=dataset, metric=metric, score=float(score),
-            bytes_per_vector=4 * dim, fit_data=fit_data, extra=extra,
-        )  # fmt: skip
-
-    X = encoder.encode(unlabeled)
-    dev = DevScorer(encoder, data_dir)
-    full = dev()
-    log(f"{len(X)} unlabeled sentences; STS-B dev at 384 dims: {full:.2f}")
-    common = {"max_epochs": args.max_epochs, "device": "cpu", "seed": args.seed}
-    records: list[ResultRecord] = [record("none", 384, "STS-B-dev", "spearman", full)]
-
-    # 1. Gradient variance: parallel vs sequential, same stages 384→128→64→32.
-    curves: dict[str, dict[str, np.ndarray]] = {}
-    grad_rows = []
-    for smrl in (False, True):
-        mode = "SMRL" if smrl else "parallel"
-        clock = time.perf_counter()
-        model = SMEC(dim=128, min_dim=32, smrl=smrl, record_gradients=True, **common).fit(X)
-        seconds = time.perf_counter() - clock
-        curves[mode] = {}
-        for index, width in enumerate(STAGES):
-            run, module = (f"smec: stage {width}", 0) if smrl else ("smec: stage 128→64→32", index)
-            series = variance_series(model.history_, run, module)
-            stage = f"{'384' if index == 0 else STAGES[index - 1]}→{width}"
-            curves[mode][stage] = series
-            score = dev(lambda V, w=width, m=model: m.transform(V, dim=w))
-            medians = np.median(series[:, 1]), np.median(series[:, 2])
-            steps = len(series) * WINDOW
-            grad_rows.append([mode, stage, steps, *(f"{m:.3g}" for m in medians), round(score, 2)])
-            records += [
-                record(f"smec-{mode.lower()}", width, "gradient-variance", "median-variance",
-                       np.median(series[:, 1]), stage=stage, window_steps=WINDOW,
-                       steps=series[:, 0].tolist(), variance=series[:, 1].tolist(),
-                       relative=series[:, 2].tolist()),
-                record(f"smec-{mode.lower()}", width, "gradient-variance", "median-relative",
-                       np.median(series[:, 2]), stage=stage),
-                record(f"smec-{mode.lower()}", width, "STS-B-dev", "spearman", score,
-                       fit_seconds=round(seconds, 1)),
-            ]  # fmt: skip
-        log(f"gradient variance {mode}: fitted in {seconds:.0f} s")
-
-    # 2. ADS vs truncation: one single-stage SMEC per size on the raw (unrotated) dimensions.
-    sample = X[np.random.default_rng(args.seed).permutation(len(X))[:800]].astype(np.float64)
-    importance = removal_importance(sample)
-    ranked = np.argsort(-importance)
-    by_variance = np.argsort(-X.var(axis=0))
-    ads_rows = []
-    for k in STAGES:
-        model = SMEC(dim=k, min_dim=k, rotate=False, xbm=False, **common).fit(X)
-        chosen = {
-            "ADS": model.selected_dims(0),
-            "truncation": np.arange(k),
-            "top variance": by_variance[:k],
-            "proxy-WARE top-k (oracle)": ranked[:k],
-        }
-        top = set(ranked[:k].tolist())
-        smec_score = dev(lambda V, m=model, k=k: m.transform(V, dim=k))
-        for name, dims in chosen.items():
-            hit = len(top & set(dims.tolist())) / k
-            score = dev(lambda V, d=dims: V[:, d])
-            kept = importance[dims].sum() / importance[ranked[:k]].sum()
-            ads_rows.append([k, name, f"{hit:.2f}", f"{kept:.3f}", round(score, 2),
-                             f"{score / full:.3f}"])  # fmt: skip
-            method = name.split(" (")[0].replace(" ", "-")
-            records += [
-                record(method, k, "ads-selection", "achievement-rate", hit, chance=k / 384),
-                record(method, k, "ads-selection", "importance-captured", kept),
-                record(method, k, "STS-B-dev", "spearman", score, selection_only=True),
-                record(method, k, "STS-B-dev", "retained-fraction", score / full),
-            ]
-        records.append(record("smec-single-stage", k, "STS-B-dev", "spearman", smec_score))
-        ads_rows.append([k, "(SMEC output, ADS + reduction)", "", "", round(smec_score, 2),
-                         f"{smec_score / full:.3f}"])  # fmt: skip
-        log(f"ADS {k}: done")
-
-    # 3. S-XBM memory size vs training time and quality.
-    memory_rows = []
-    for size in (int(s) for s in args.memory_sizes.split(",")):
-        wall, cpu = time.perf_counter(), time.process_time()
-        params = {"xbm": size > 0, "memory_size": max(size, 1)}
-        model = SMEC(dim=128, min_dim=32, **params, **common).fit(X)
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        scores = [dev(lambda V, w=w, m=model: m.transform(V, dim=w)) for w in STAGES]
-        memory_rows.append([size, f"{wall:.1f}", f"{cpu:.1f}", *(round(s, 2) for s in scores)])
-        for width, score in zip(STAGES, scores, strict=True):
-            extra = {
-                "memory_size": size,
-                "fit_seconds": round(wall, 1),
-                "cpu_seconds": round(cpu, 1),
-            }
-            records.append(record("smec", width, "STS-B-dev", "spearman", score, **extra))
-        log(f"S-XBM {size}: {wall:.0f} s")
-
+    run = prepare(args)
+    full = run.dev()
+    log(f"{len(run.X)} unlabeled sentences; STS-B dev at {run.input_dim} dims: {full:.2f}")
+    run.record("none", run.input_dim, "STS-B-dev", "spearman", full)
+    gradient_rows, curves = gradient_variance(run)
+    ads_rows = ads_vs_truncation(run, args.seed, full)
+    memory_rows = memory_sizes(run, [int(s) for s in args.memory_sizes.split(",")])
     elapsed = time.perf_counter() - started
-    write_records(HERE / "results" / "smec_analyses.json", records)
-    plot = HERE / "results" / "smec_analyses.png"
-    figure, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for ax, width_label, field in (
-        (axes[0], "384→128", 1),
-        (axes[1], "384→128", 2),
-        (axes[2], "64→32", 2),
-    ):
-        for mode, colour in (("parallel", "tab:red"), ("SMRL", "tab:blue")):
-            series = curves[mode][width_label]
-            ax.plot(series[:, 0], series[:, field], color=colour, label=mode)
-        ax.set_yscale("log")
-        ax.set_xlabel("training step of the stage")
-        what = "gradient variance" if field == 1 else "relative gradient variance"
-        ax.set_title(f"{what}, stage {width_label}")
-        ax.legend()
-    figure.suptitle(f"SMEC on all-MiniLM-L6-v2, {len(X)} unlabeled sentences: parallel vs SMRL")
-    figure.tight_layout()
-    save_figure(figure, plot)
-
-    body = "\n".join(
-        [
-            "## SMEC analyses: gradient variance, ADS vs truncation, S-XBM memory "
-            "(`smec_analyses`)",
-            "",
-            f"Command: `OMP_NUM_THREADS=1 python benchmarks/smec_analyses.py "
-            f"{' '.join(sys.argv[1:])}`  ",
-            f"Machine: {machine_description()}, one torch thread; wall time {elapsed:.0f} s "
-            f"(embedding cache warm); load average at the end {os.getloadavg()[0]:.1f}.  ",
-            f"all-MiniLM-L6-v2 (384-d) embeddings of {len(X)} unlabeled sentences "
-            f"(`{fit_data}`, the first {len(X)} of the learned_compressors.py sample, seed "
-            f"{args.seed}); every score is Spearman ×100 of cosine on **STS-B dev** (no test "
-            f"set); uncompressed: {full:.2f}. SMEC library defaults except at most "
-            f"{args.max_epochs} epochs per stage; stages 384→128→64→32.",
-            "",
-            "### 1. Gradient variance, parallel Matryoshka vs SMRL (paper's Figure 6)",
-            "",
-            "`SMEC(record_gradients=True)` logs, every 5 mini-batches, the gradient variance of "
-            "each trained stage's weights over those batches (mean ‖g‖² − ‖mean g‖², "
-            "importance logits excluded). Parallel trains all three stages at once on the mean "
-            "of the three widths' losses; SMRL trains one stage at a time on its own loss. "
-            "Because the parallel loss averages three terms, raw variances differ in scale, so "
-            "the table also gives the relative variance (window variance / mean ‖g‖² over the "
-            "window: the share of gradient energy that is mini-batch noise). Medians over the "
-            "stage's training (steps: those in complete 5-step windows):",
-            "",
-            markdown_table(
-                ["training", "stage", "steps", "variance", "relative", "STS-B dev at width"],
-                grad_rows,
-            ),
-            "",
-            f"Plot: `benchmarks/results/{plot.name}`.",
-            "",
-            "### 2. ADS vs truncation (paper's Table 2)",
-            "",
-            "The paper's WARE definition was not available to us, so the achievement rate here "
-            "is a documented proxy: each raw input dimension's importance is the mean absolute "
-            "change of all pairwise cosines (800 fit sentences) when that dimension alone is "
-            "removed; the achievement rate of a selection of k dimensions is the fraction of it "
-            "inside the k most important (chance: k/384). Also: the share of the top-k "
-            "importance mass the selection captures, and STS-B dev using only the selected raw "
-            "dimensions (cosine), absolute and as a fraction of the 384-d score. ADS is a "
-            "single-stage `SMEC(dim=k, min_dim=k, rotate=False, xbm=False)` (its importance "
-            "logits start from the log-variance prior); truncation keeps the first k.",
-            "",
-            markdown_table(
-                [
-                    "k",
-                    "selection",
-                    "achievement rate",
-                    "importance captured",
-                    "STS-B dev (selected dims)",
-                    "retained",
-                ],
-                ads_rows,
-            ),
-            "",
-            "### 3. S-XBM memory size (paper's Table 3)",
-            "",
-            "Memory 0 = S-XBM off (in-batch top-k neighbours instead). Fit times on a CPU "
-            "shared with another benchmark; CPU seconds are the more stable figure.",
-            "",
-            markdown_table(
-                ["memory", "fit wall s", "fit CPU s", *(f"STS-B dev @{w}" for w in STAGES)],
-                memory_rows,
-            ),
-        ]
-    )
-    update_section(HERE / "RESULTS.md", "smec_analyses", body)
+    write_records(HERE / "results" / "smec_analyses.json", run.records)
+    plot = plot_curves(curves, run.stage_names(), len(run.X))
+    ads_header = ["k", "selection", "achievement rate", "importance captured",
+                  "STS-B dev (selected dims)", "retained"]  # fmt: skip
+    memory_header = ["memory", "fit wall s", "fit CPU s",
+                     *(f"STS-B dev @{w}" for w in GRID.stages)]  # fmt: skip
+    gradient_header = ["training", "stage", "steps", "variance", "relative", "STS-B dev at width"]
+    body = fill_section(
+        RESULTS_MD, "smec_analyses", template("smec_analyses"),
+        arguments=" ".join(sys.argv[1:]), machine=machine_description(),
+        wall_seconds=f"{elapsed:.0f}", load=f"{os.getloadavg()[0]:.1f}",
+        input_dim=run.input_dim, n_sentences=len(run.X), fit_data=run.fit_data, seed=args.seed,
+        full=f"{full:.2f}", max_epochs=args.max_epochs,
+        stage_chain="→".join(map(str, [run.input_dim, *GRID.stages])), window=WINDOW,
+        gradient_table=markdown_table(gradient_header, gradient_rows), plot=plot.name,
+        importance_sample=GRID.importance_sample, ads_table=markdown_table(ads_header, ads_rows),
+        memory_table=markdown_table(memory_header, memory_rows),
+    )  # fmt: skip
     print(body)
     return 0
+
+
+def prepare(args: argparse.Namespace) -> Analyses:
+    """The fit rows: the learned_compressors.py sample (the same exclusion set, so the same
+    sentences and embedding cache), and the STS-B dev scorer."""
+    data_dir = resolve_data_dir(args.data_dir)
+    encoder: Encoder = load_encoder("all-MiniLM-L6-v2")
+    scifact = load_beir(data_dir / "beir" / "scifact")
+    tasks = [STSTask(load_sts_suite(data_dir)), RetrievalTask(scifact)]
+    unlabeled = held_out_unlabeled(data_dir, args.n_unlabeled, args.seed, evaluation_texts(tasks))
+    common: dict[str, Any] = {
+        "max_epochs": args.max_epochs, "device": "cpu", "seed": args.seed,
+    }  # fmt: skip
+    X = encoder.encode(unlabeled)
+    return Analyses(encoder.name, encoder.dim, f"unlabeled-en-{len(unlabeled) // 1000}k", X,
+                    DevScorer(encoder, data_dir), common, [])  # fmt: skip
 
 
 if __name__ == "__main__":

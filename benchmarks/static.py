@@ -5,7 +5,8 @@ One run on one machine: our recipe (extraction → sentence-level PCA with ABTT 
 l2_supercat 256 and the teacher itself, on the 7-set STS average, SentEval classification
 (MR, CR, SST-2, TREC, MRPC) and SciFact nDCG@10; the ablation of Wada et al.'s Table 6 (STS
 only); encode throughput on 10,000 STS sentences (same process, best of several repetitions,
-same thread count for every model) and peak memory (a fresh process per model).
+same thread count for every model) and peak memory (a fresh process per model). The models,
+the ablation's steps and the translation pairs: grids/static.toml.
 
     python benchmarks/static.py --data-dir ../shared/data
 """
@@ -19,10 +20,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from _common import HERE, RESULTS_MD, grid, log, template
 from demitasse.cli.specs import parse_compressor_specs
 from demitasse.data import load_stsb, resolve_data_dir
 from demitasse.encoders import TransformerEncoder, cache_root, resolve_model
@@ -41,14 +45,57 @@ from demitasse.report.plots import save_figure
 from demitasse.report.results_file import update_section
 from demitasse.static import StaticModel
 from demitasse.static.pca import StaticPCA
-from demitasse.static.pipeline import StaticRecipe, distill_static, write_stage_summary
+from demitasse.static.pipeline import (
+    StaticRecipe,
+    StaticStages,
+    distill_static,
+    write_stage_summary,
+)
 
-HERE = Path(__file__).resolve().parent
 NAME = "static"
-TEACHER = "all-MiniLM-L6-v2"
-DIM = 256
-SPEED_TEXTS = 10_000
-MEMORY_TEXTS = 2_000
+PEERS = ("ours", "model2vec", "wordllama", "teacher")
+STAGES = ("extracted", "reduced", "distilled")
+SIDES = ("teacher", "english", "initial", "aligned")
+
+
+@dataclass(frozen=True)
+class AblationStep:
+    """A stage of our recipe, or a PCA (StaticPCA options) of the extracted vectors."""
+
+    stage: str | None = None
+    pca: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.stage is None) == (self.pca is None):
+            raise ValueError("an ablation step names either a 'stage' or 'pca' options")
+        if self.stage is not None and self.stage not in STAGES:
+            raise ValueError(f"unknown stage {self.stage!r}; known: {', '.join(STAGES)}")
+
+
+@dataclass(frozen=True)
+class Grid:
+    teacher: str
+    dim: int
+    speed_texts: int
+    memory_texts: int
+    peers: dict[str, str]
+    ablation: dict[str, AblationStep]
+    translation: dict[str, tuple[str, str]]
+
+    def __post_init__(self) -> None:
+        if tuple(self.peers) != PEERS:
+            raise ValueError(f"'peers' must be {', '.join(PEERS)}, in that order")
+        if unknown := {side for pair in self.translation.values() for side in pair} - set(SIDES):
+            raise ValueError(f"unknown translation side {sorted(unknown)[0]!r}; known: {SIDES}")
+
+
+GRID = grid(NAME, Grid)
+PROSE = template(NAME)
+TEACHER = GRID.teacher
+DIM = GRID.dim
+SPEED_TEXTS = GRID.speed_texts
+MEMORY_TEXTS = GRID.memory_texts
+ROWS = GRID.peers
 
 
 class CallableEncoder:
@@ -170,7 +217,7 @@ def score(
     return found[0] if found else float("nan")
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--max-sentences", type=int, default=250_000)
@@ -182,15 +229,18 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=None, help="results folder")
     args = parser.parse_args()
     args.data_dir = str(resolve_data_dir(args.data_dir))
-    started = time.perf_counter()
+    return args
 
+
+def main() -> int:
+    args = parse_args()
+    started = time.perf_counter()
     # The same thread budget for every model: torch's, and the Rust tokenizers' (rayon) pool,
     # which every model here tokenises with; set before anything tokenises.
     os.environ.setdefault("RAYON_NUM_THREADS", str(args.threads))
     import torch
 
     torch.set_num_threads(args.threads)
-    log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
     teacher = load_encoder(TEACHER)
     assert isinstance(teacher, TransformerEncoder)
     recipe = StaticRecipe(
@@ -205,36 +255,9 @@ def main() -> int:
     static_dir = work / f"distilled-{DIM}"
     stages.distilled.save(static_dir)
     write_stage_summary(stages, work / "summary.json")
-    encoded_texts = [stages.corpus[i] for i in np.flatnonzero(stages.encoded)]
     log(f"stages: {stages.seconds}")
 
-    # ---- ablation (Table 6), STS only ----------------------------------------------------------
-    sts = build_tasks(["sts"], args.data_dir, limit=args.limit)
-    sample = encoded_texts[: recipe.pca_sentences]
-    variants: dict[str, StaticModel] = {
-        "extracted (384-d, no PCA)": stages.extracted,
-        "word-level PCA, no ABTT": StaticPCA(DIM, abtt=0, fit_on="words")
-        .fit(stages.extracted)
-        .transform(stages.extracted),
-        "word-level PCA + ABTT": StaticPCA(DIM, fit_on="words")
-        .fit(stages.extracted)
-        .transform(stages.extracted),
-        "sentence-level PCA, no ABTT": StaticPCA(DIM, abtt=0)
-        .fit(stages.extracted, sample)
-        .transform(stages.extracted),
-        "sentence-level PCA + ABTT": stages.reduced,
-        "+ distillation (ours)": stages.distilled,
-    }
-    records: list[ResultRecord] = []
-    ablation_rows = []
-    for label, model in variants.items():
-        model.name = f"static-{TEACHER}"
-        found = evaluate(model, sts, label)
-        records += found
-        ablation_rows.append(
-            [label, model.dim, score(found, label, "sts"), stsb_dev(model, args.data_dir)]
-        )
-
+    records, ablation_rows = ablation(stages, recipe, args)
     # ---- peers on every task ---------------------------------------------------------------------
     tasks = build_tasks(["sts", "classification", "retrieval"], args.data_dir, limit=args.limit)
     m2v_started = time.perf_counter()
@@ -252,6 +275,65 @@ def main() -> int:
     translation_rows, translation_s = cross_lingual(stages.distilled, teacher, args, records)
 
     # ---- throughput (same process, same threads) and peak memory (a fresh process each) ----------
+    speed, memory = throughput(peers, texts, args, static_dir, records)
+    for record in records:
+        record.extra.setdefault("teacher", TEACHER)
+    output = args.output or HERE / "results"
+    write_records(output / f"{NAME}.json", records)
+    plot = plot_speed(records, speed, output / f"{NAME}.png")
+    elapsed = time.perf_counter() - started
+    values = section_values(
+        args, stages, recipe, records, speed, memory, m2v_seconds, elapsed, plot
+    )
+    body = PROSE.fill(
+        **values,
+        n_texts=f"{len(texts):,}",
+        gaps=", ".join(f"{name} {gap:.1e}" for name, gap in export_gap.items()),
+        ablation_table=markdown_table(
+            ["stage (Table 6)", "dim", "STS avg (7)", "STS-B dev"], ablation_rows
+        ),
+        alignment_seconds=f"{translation_s:.0f}",
+        translation_table=markdown_table(
+            ["Multi30k test_2016_flickr", "de→en", "en→de"], translation_rows
+        ),
+    )
+    if args.limit is None:
+        update_section(RESULTS_MD, NAME, body)
+    print(body)
+    return 0
+
+
+def ablation(
+    stages: StaticStages, recipe: StaticRecipe, args: argparse.Namespace
+) -> tuple[list[ResultRecord], list[list[Any]]]:
+    """Wada et al.'s Table 6, STS only: each step of the recipe, and PCAs instead of ours."""
+    sts = build_tasks(["sts"], args.data_dir, limit=args.limit)
+    encoded_texts = [stages.corpus[i] for i in np.flatnonzero(stages.encoded)]
+    sample = encoded_texts[: recipe.pca_sentences]
+    records: list[ResultRecord] = []
+    rows = []
+    for label, step in GRID.ablation.items():
+        if step.stage is not None:
+            model: StaticModel = getattr(stages, step.stage)
+        else:
+            pca = StaticPCA(DIM, **(step.pca or {}))
+            model = pca.fit(stages.extracted, sample).transform(stages.extracted)
+        model.name = f"static-{TEACHER}"
+        found = evaluate(model, sts, label)
+        records += found
+        rows.append([label, model.dim, score(found, label, "sts"), stsb_dev(model, args.data_dir)])
+    return records, rows
+
+
+def throughput(
+    peers: dict[str, object],
+    texts: list[str],
+    args: argparse.Namespace,
+    static_dir: Path,
+    records: list[ResultRecord],
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Sentences/s of every model in this process (same threads) and the peak memory of a
+    fresh process per model; the throughput records are added to ``records``."""
     timed = {**peers, "teacher": load_encoder(TEACHER, cache=False, show_progress=False)}
     speed: dict[str, float] = {}
     memory: dict[str, float] = {}
@@ -270,33 +352,7 @@ def main() -> int:
         speed[label] = record.score
         records.append(record)
     memory["none"] = peak_memory("none", args, static_dir)
-    for record in records:
-        record.extra.setdefault("teacher", TEACHER)
-    output = args.output or HERE / "results"
-    write_records(output / f"{NAME}.json", records)
-    plot = plot_speed(records, speed, output / f"{NAME}.png")
-    elapsed = time.perf_counter() - started
-    body = describe(args, stages, recipe, records, speed, memory, m2v_seconds, elapsed, plot)
-    gaps = ", ".join(f"{name} {gap:.1e}" for name, gap in export_gap.items())
-    body += (
-        f"\n\nExport: `export_model2vec` of our model, loaded back, on the {len(texts):,} "
-        f"throughput sentences: largest absolute difference to our vectors: {gaps}."
-    )
-    ablation = markdown_table(["stage (Table 6)", "dim", "STS avg (7)", "STS-B dev"], ablation_rows)
-    body += "\n\nAblation (Wada et al.'s Table 6), STS only:\n\n" + ablation
-    translation = markdown_table(["Multi30k test_2016_flickr", "de→en", "en→de"], translation_rows)
-    body += (
-        "\n\nCross-lingual (paper's Eq. 4): no multilingual teacher loads offline, so the "
-        "distilled English model is the fixed anchor; German words (seen ≥ 2 times in Multi30k "
-        "train) start as the mean of their WordPiece subwords' English vectors and are trained "
-        f"with in-batch InfoNCE on the 29,000 train pairs ({translation_s:.0f} s, early "
-        "stopping on the val split). Translation retrieval accuracy ×100 among 1,000 "
-        "candidates:\n\n" + translation
-    )
-    if args.limit is None:
-        update_section(HERE / "RESULTS.md", NAME, body)
-    print(body)
-    return 0
+    return speed, memory
 
 
 def export_check(model: StaticModel, out: Path, texts: list[str]) -> dict[str, float]:
@@ -331,13 +387,9 @@ def cross_lingual(english: StaticModel, teacher: TransformerEncoder, args, recor
     seconds = time.perf_counter() - started
     gold = np.arange(len(test))
     rows = []
-    variants = {
-        "teacher (English-only) on both sides": (teacher, teacher),
-        "ours, English model on both sides": (english, english),
-        "ours + German words, subword initialisation": (english, initial),
-        "ours + German words aligned (Eq. 4)": (english, aligner.model_),
-    }
-    for label, (english_side, german_side) in variants.items():
+    models = {"teacher": teacher, "english": english, "initial": initial, "aligned": aligner.model_}
+    for label, (english_name, german_name) in GRID.translation.items():
+        english_side, german_side = models[english_name], models[german_name]
         en = english_side.encode(test.source)
         de = german_side.encode(test.target)
         both = {
@@ -366,14 +418,6 @@ def cross_lingual(english: StaticModel, teacher: TransformerEncoder, args, recor
     return rows, seconds
 
 
-ROWS = {
-    "ours": "ours: extraction + sentence PCA/ABTT + distillation (teacher MiniLM)",
-    "model2vec": "Model2Vec: distilled here (teacher MiniLM)",
-    "wordllama": "WordLlama l2_supercat: as shipped (its own training)",
-    "teacher": "all-MiniLM-L6-v2: the teacher",
-}
-
-
 def plot_speed(records: list[ResultRecord], speed: dict[str, float], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
@@ -390,7 +434,50 @@ def plot_speed(records: list[ResultRecord], speed: dict[str, float], path: Path)
     return save_figure(fig, path)
 
 
-def describe(args, stages, recipe, records, speed, memory, m2v_seconds, elapsed, plot) -> str:
+def section_values(
+    args: argparse.Namespace,
+    stages: StaticStages,
+    recipe: StaticRecipe,
+    records: list[ResultRecord],
+    speed: dict[str, float],
+    memory: dict[str, float],
+    m2v_seconds: float,
+    elapsed: float,
+    plot: Path,
+) -> dict[str, Any]:
+    """The template's values for the run, the recipe and the main table."""
+    seconds = stages.seconds
+    encoded = int(stages.encoded.sum())
+    command = "python benchmarks/static.py --data-dir ../shared/data"
+    for option in ("max_sentences", "harvest_limit", "steps"):
+        value = getattr(args, option)
+        if value is not None and value != {"max_sentences": 250_000, "steps": 10_000}.get(option):
+            command += f" --{option.replace('_', '-')} {value}"
+    m2v = f"{m2v_seconds:.0f} s"
+    if m2v_seconds < 5:  # loaded from the cache: report the distillation's own wall time
+        timing = cache_root() / "static" / f"model2vec-{TEACHER}-{DIM}" / "distill_seconds.txt"
+        m2v = PROSE.fill("model2vec_cached", seconds=f"{float(timing.read_text()):.0f}")
+    shown = plot.relative_to(HERE.parent) if plot.is_relative_to(HERE.parent) else plot
+    return {
+        "command": command, "machine": machine_description(), "threads": args.threads,
+        "wall_seconds": f"{elapsed:.0f}", "teacher": TEACHER, "min_count": recipe.min_count,
+        "n_corpus": f"{len(stages.corpus):,}", "n_entries": f"{len(stages.extracted.vectors):,}",
+        "max_occurrences": recipe.max_occurrences, "n_encoded": f"{encoded:,}",
+        "dim": recipe.dim, "n_pca": f"{min(encoded, recipe.pca_sentences):,}",
+        "batch_size": recipe.batch_size, "learning_rate": recipe.learning_rate,
+        "best_step": stages.distiller.best_step_, "max_steps": recipe.max_steps,
+        "extract_seconds": f"{seconds['extract']:.0f}", "pca_seconds": f"{seconds['pca']:.0f}",
+        "distill_seconds": f"{seconds['distill']:.0f}", "model2vec_time": m2v,
+        "speed_texts": f"{SPEED_TEXTS:,}", "repeats": args.repeats,
+        "memory_texts": f"{MEMORY_TEXTS:,}", "memory_none": f"{memory['none']:.0f}",
+        "table": peer_table(records, speed, memory), "plot": shown,
+    }  # fmt: skip
+
+
+def peer_table(
+    records: list[ResultRecord], speed: dict[str, float], memory: dict[str, float]
+) -> str:
+    """One row per peer: quality on every task, throughput and peak memory."""
     sts_sets = [r.dataset for r in records if r.method == "teacher" and r.task == "sts"]
     header = ["model", "dim", "STS avg", *sts_sets[:-1], "class. avg", "SciFact nDCG@10"]
     header += ["sentences/s", "× teacher", "peak RSS MiB"]
@@ -410,56 +497,7 @@ def describe(args, stages, recipe, records, speed, memory, m2v_seconds, elapsed,
                 round(memory[label]),
             ]
         )
-    seconds = stages.seconds
-    encoded = int(stages.encoded.sum())
-    command = "python benchmarks/static.py --data-dir ../shared/data"
-    for option in ("max_sentences", "harvest_limit", "steps"):
-        value = getattr(args, option)
-        if value is not None and value != {"max_sentences": 250_000, "steps": 10_000}.get(option):
-            command += f" --{option.replace('_', '-')} {value}"
-    m2v = f"{m2v_seconds:.0f} s"
-    if m2v_seconds < 5:  # loaded from the cache: report the distillation's own wall time
-        timing = cache_root() / "static" / f"model2vec-{TEACHER}-{DIM}" / "distill_seconds.txt"
-        m2v = f"{float(timing.read_text()):.0f} s (in an earlier run; reused from the cache)"
-    distiller = stages.distiller
-    shown = plot.relative_to(HERE.parent) if plot.is_relative_to(HERE.parent) else plot
-    return "\n".join(
-        [
-            "## Static sentence encoder distilled from all-MiniLM-L6-v2 (`static`)",
-            "",
-            f"Command: `{command}`  ",
-            f"Machine: {machine_description()}; torch threads {args.threads} for every model; "
-            f"wall time of this run {elapsed:.0f} s; it resumes the extraction from its "
-            "checkpoints in the cache, so the extraction's own wall time is given below "
-            "(shared CPU: another job was running).  ",
-            f"Recipe (Wada et al.): teacher {TEACHER} for every static row; vocabulary = the "
-            f"teacher's WordPiece tokens + corpus words seen ≥ {recipe.min_count} times in "
-            f"{len(stages.corpus):,} shuffled sentences of `unlabeled/en` "
-            f"({len(stages.extracted.vectors):,} entries); word vectors averaged over ≤ "
-            f"{recipe.max_occurrences} sentences, harvested from {encoded:,} sentences "
-            f"(sentences whose words all had {recipe.max_occurrences} vectors were skipped); "
-            f"unknown words → longest known prefix, then WordPiece subwords. Sentence-level PCA "
-            f"to {recipe.dim} dims dropping the top ⌊384/100⌋ = 3 components, fitted on "
-            f"{min(encoded, recipe.pca_sentences):,} corpus sentences. Distillation: in-batch "
-            f"similarity KL, temperature 0.05, batch {recipe.batch_size}, SparseAdam lr "
-            f"{recipe.learning_rate}, early stopping on a 2 % validation split of the corpus: "
-            f"best step {distiller.best_step_} of ≤ {recipe.max_steps}. No test set was used "
-            "for any choice.  ",
-            f"Wall time: extraction {seconds['extract']:.0f} s (2 torch threads, whole runs "
-            f"summed over resumptions), PCA {seconds['pca']:.0f} s, "
-            f"distillation {seconds['distill']:.0f} s (teacher embeddings from the extraction "
-            f"pass, via the embedding cache); Model2Vec distillation {m2v}.  ",
-            f"Throughput: {SPEED_TEXTS:,} distinct STS test sentences, best of "
-            f"{args.repeats} passes (teacher: 2), batch 64, in this process; peak RSS: a fresh "
-            f"process loading the model and encoding {MEMORY_TEXTS:,} of those sentences "
-            f"(the same process without a model: {memory['none']:.0f} MiB, mostly torch and "
-            "the benchmark's imports).",
-            "",
-            markdown_table(header, rows),
-            "",
-            f"Plot: `{shown}`.",
-        ]
-    )
+    return markdown_table(header, rows)
 
 
 if __name__ == "__main__":

@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from _common import run_posthoc_grid
+from _common import HERE, RESULTS_MD, posthoc_facts, run_posthoc_grid, template
 from demitasse.data import load_sts_suite
 from demitasse.evaluation import (
     STSTask,
-    machine_description,
     write_records,
 )
-from demitasse.report import plot_sts_vs_dim, sts_table
-from demitasse.report.results_file import update_section
+from demitasse.report import markdown_table, plot_sts_vs_dim, sts_table
+from demitasse.report.templates import fill_section
 
-HERE = Path(__file__).resolve().parent
 PUBLISHED = {  # all-MiniLM-L6-v2, mean pooling, cosine, Spearman ×100 (MTEB / SentEval "all")
     "STS12": 72.37, "STS13": 80.60, "STS14": 75.59, "STS15": 85.39, "STS16": 78.99,
     "STS-B": 82.03, "SICK-R": 77.15, "avg": 78.87,
@@ -63,35 +60,17 @@ def main() -> int:
         ]
         for r in reproduction
     ]
-    from demitasse.report import markdown_table
-
-    body = "\n".join(
-        [
-            "## STS: post-hoc compression baselines (`sts_compression`)",
-            "",
-            "Command: `python benchmarks/sts_compression.py --data-dir ../shared/data`  ",
-            f"Machine: {machine_description()}; wall time {elapsed:.0f} s "
-            "(embedding cache warm).  ",
-            f"Model {encoder.name}, last layer, {encoder.pooling} pooling; compressors and int8 "
-            "ranges fitted on the 1,644 STS-B train sentences that are in no STS test or dev split "
-            "(the other 8,874 are STS test or dev sentences); "
-            "Spearman ×100 of cosine (int8: cosine of the codes, which are those of "
-            "sentence-transformers' `quantize_embeddings` with the same ranges; binary: bits "
-            "agreeing). Runs before the model object landed rounded int8 codes to the nearest "
-            "step; this run moved the int8 averages by 0.05 at most.",
-            "",
-            "Reproduction of the published figures (uncompressed, float32):",
-            "",
-            markdown_table(["dataset", "ours", "published", "difference"], check_rows),
-            "",
-            "All rows:",
-            "",
-            sts_table(records),
-            "",
-            f"Plot: `benchmarks/results/{plot.name}` (binary shown for PCA only).",
-        ]
+    body = fill_section(
+        RESULTS_MD,
+        "sts_compression",
+        template("sts_compression"),
+        **posthoc_facts(encoder, elapsed),
+        reproduction_table=markdown_table(
+            ["dataset", "ours", "published", "difference"], check_rows
+        ),
+        table=sts_table(records),
+        plot=plot.name,
     )
-    update_section(HERE / "RESULTS.md", "sts_compression", body)
     print(body)
     return 0
 

@@ -20,14 +20,15 @@ import dataclasses
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from _common import HERE, RESULTS_MD, log, template
 from demitasse.compress import load_compressor, make_compressor
 from demitasse.data import (
+    ScoredPairs,
     load_snli,
     load_sts_suite,
     load_stsb,
@@ -43,10 +44,11 @@ from demitasse.evaluation import (
     ResultRecord,
     STSTask,
     Task,
-    evaluate_vectors,
     machine_description,
     write_records,
 )
+from demitasse.experiments import evaluation_texts
+from demitasse.experiments.scoring import VectorJob, score_vectors
 from demitasse.io import atomic_write_text
 from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
@@ -54,48 +56,20 @@ from demitasse.report.plots import plot_matrix_heatmap
 from demitasse.report.results_file import update_section
 from demitasse.training import TrainingConfig, TrainingSet
 from demitasse.training.pooler import POOLER_DIR
-from demitasse.training.two_step import pooled_dev_scores, pooler_swap_matrix, two_step
+from demitasse.training.two_step import (
+    TwoStepResult,
+    pooled_dev_scores,
+    pooler_swap_matrix,
+    two_step,
+)
 
-HERE = Path(__file__).resolve().parent
-MANIFOLDS = ("pca", "isomap", "lle")
-LABELS = {"pca": "PCA", "isomap": "Isomap", "lle": "LLE"}
+PROSE = template("two_step")
+MANIFOLDS = {"pca": "PCA", "isomap": "Isomap", "lle": "LLE"}  # registry name -> row label
 UNTRAINED_PCA = "PCA of the untrained backbone"
+METHODS = [*MANIFOLDS.values(), "end-to-end", "two-step"]
 
 
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def score_all(
-    jobs: list[tuple[str, str, np.ndarray]],
-    texts: list[str],
-    tasks: list[Task],
-    fit_data: str,
-    workers: int,
-) -> list[ResultRecord]:
-    """Score every (method, model, vectors) job on every task, spread over ``workers``
-    processes (the classification probes dominate the time)."""
-    machine = machine_description()  # in this process: forked workers cannot ask the GPU
-    if workers <= 1:
-        records = [
-            r
-            for method, model, vectors in jobs
-            for r in evaluate_vectors(
-                vectors, texts, tasks, model=model, method=method, fit_data=fit_data
-            )
-        ]
-    else:
-        with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
-            futures = [
-                pool.submit(evaluate_vectors, vectors, texts, tasks, model=model, method=method,
-                            fit_data=fit_data)
-                for method, model, vectors in jobs
-            ]  # fmt: skip
-            records = [r for future in futures for r in future.result()]
-    return [dataclasses.replace(r, machine=machine) for r in records]
-
-
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--model", default="all-MiniLM-L6-v2")
@@ -131,50 +105,56 @@ def main() -> int:
     parser.add_argument("--runs-dir", default=None, help="default: <cache>/runs/two-step")
     parser.add_argument("--results-name", default="two_step")
     args = parser.parse_args()
+    args.target_dims = [int(d) for d in args.targets.split(",") if d]
+    args.candidate_dims = [int(d) for d in args.candidates.split(",") if d]
+    args.pooler_lr_list = [float(v) for v in args.pooler_lrs.split(",")]
+    return args
 
-    started = time.perf_counter()
-    data_dir = resolve_data_dir(args.data_dir)
-    runs = Path(args.runs_dir) if args.runs_dir else cache_root() / "runs" / "two-step"
-    suite = (
-        load_sts_suite(data_dir, args.sts_sets.split(","))
-        if args.sts_sets
-        else load_sts_suite(data_dir)
-    )
+
+def evaluation_data(
+    args: argparse.Namespace, data_dir: Path
+) -> tuple[list[Task], ScoredPairs, list[str]]:
+    """The tasks every model is scored on, STS-B dev (cut to --dev-limit) and the texts."""
+    names = args.sts_sets.split(",") if args.sts_sets else None
+    suite = load_sts_suite(data_dir, names) if names else load_sts_suite(data_dir)
+    probe = ProbeSettings(folds=args.probe_folds, inner_folds=args.probe_inner_folds)
     tasks: list[Task] = [
         STSTask(suite),
         ClassificationTask(
-            data_dir,
-            limit=args.classification_limit,
-            seed=args.seed,
-            settings=ProbeSettings(folds=args.probe_folds, inner_folds=args.probe_inner_folds),
+            data_dir, limit=args.classification_limit, seed=args.seed, settings=probe
         ),
     ]
     dev = load_stsb("dev", data_dir)
     if args.dev_limit:
-        dev = dataclasses.replace(
-            dev,
-            sentences1=dev.sentences1[: args.dev_limit],
-            sentences2=dev.sentences2[: args.dev_limit],
-            scores=dev.scores[: args.dev_limit],
-        )
-    eval_texts = list(dict.fromkeys(t for task in tasks for t in task.texts()))
-    if args.objective == "simcse":
-        if args.train_texts:
-            train_texts = read_texts(args.train_texts)[: args.n_train]
-        else:
-            exclude = set(eval_texts) | set(dev.texts())
-            train_texts = load_unlabeled(data_dir, args.n_train, args.seed, exclude)
-        if args.write_train_texts:
-            atomic_write_text(args.write_train_texts, "".join(t + "\n" for t in train_texts))
-            return 0
-        sets = [TrainingSet.unlabeled(f"unlabeled-en-{len(train_texts) // 1000}k", train_texts)]
-    else:
-        snli = load_snli(data_dir, ("dev", "test"))
-        sets = [TrainingSet.from_nli("snli", snli)]
-        train_texts = list(dict.fromkeys(snli.premises + snli.hypotheses))
-    fit_texts = train_texts[: args.n_fit]
-    log(f"training on {sets[0].name} ({len(sets[0])}); {len(eval_texts)} evaluation texts")
+        dev = dev.head(args.dev_limit)
+    return tasks, dev, evaluation_texts(tasks)
 
+
+def training_data(
+    args: argparse.Namespace, data_dir: Path, eval_texts: list[str], dev: ScoredPairs
+) -> tuple[TrainingSet, list[str]]:
+    """The training set of --objective, and its sentences (the manifold fits take theirs)."""
+    if args.objective == "nli":
+        snli = load_snli(data_dir, ("dev", "test"))
+        return TrainingSet.from_nli("snli", snli), list(
+            dict.fromkeys(snli.premises + snli.hypotheses)
+        )
+    if args.train_texts:
+        texts = read_texts(args.train_texts)[: args.n_train]
+    else:
+        # The dev sentences left out are those dev is scored on (all of it but in smoke runs).
+        texts = load_unlabeled(
+            data_dir, args.n_train, args.seed, set(eval_texts) | set(dev.texts())
+        )
+    return TrainingSet.unlabeled(f"unlabeled-en-{len(texts) // 1000}k", texts), texts
+
+
+def train(
+    args: argparse.Namespace, training: TrainingSet, dev: ScoredPairs
+) -> tuple[dict[float, TwoStepResult], dict[float, dict[int, float]], float]:
+    """Both steps at every step-2 pooler rate (step 1 trains once: its runs are reused),
+    each rate's step-2 STS-B dev per target, and the rate chosen on it."""
+    runs = Path(args.runs_dir) if args.runs_dir else cache_root() / "runs" / "two-step"
     config = TrainingConfig(
         max_epochs=args.epochs,
         batch_size=args.batch_size,
@@ -183,72 +163,92 @@ def main() -> int:
         patience=args.patience or None,
         seed=args.seed,
     )
-    targets = [int(d) for d in args.targets.split(",") if d]
-    candidates = [int(d) for d in args.candidates.split(",") if d]
-    pooler_lrs = [float(v) for v in args.pooler_lrs.split(",")]
     outcomes = {
         lr: two_step(
-            args.model, targets, candidates, sets, runs, dev, args.objective, config,
-            dataclasses.replace(config, learning_rate=lr), step2_name=f"two-step-lr{lr:g}",
-            progress=False,
+            args.model, args.target_dims, args.candidate_dims, [training], runs, dev,
+            args.objective, config, dataclasses.replace(config, learning_rate=lr),
+            step2_name=f"two-step-lr{lr:g}", progress=False,
         )
-        for lr in pooler_lrs
+        for lr in args.pooler_lr_list
     }  # fmt: skip
-    first = outcomes[pooler_lrs[0]]
-    end_to_end, encoder_dim = first.end_to_end, first.encoder_dim
-    encoder_opt = end_to_end[encoder_dim]
+    first = outcomes[args.pooler_lr_list[0]]
+    encoder_opt = first.end_to_end[first.encoder_dim]
     step2_dev = {
-        lr: dict(zip(targets, pooled_dev_scores(encoder_opt, list(out.two_step.values()), dev),
-                     strict=True))
+        lr: dict(zip(args.target_dims,
+                     pooled_dev_scores(encoder_opt, list(out.two_step.values()), dev), strict=True))
         for lr, out in outcomes.items()
     }  # fmt: skip
-    pooler_lr = max(pooler_lrs, key=lambda lr: float(np.mean(list(step2_dev[lr].values()))))
-    two = outcomes[pooler_lr].two_step
-    full_dim = max(end_to_end)
-    log(f"encoder_opt: d={encoder_dim}; step-2 pooler lr {pooler_lr:g}")
+    pooler_lr = max(step2_dev, key=lambda lr: float(np.mean(list(step2_dev[lr].values()))))
+    log(f"encoder_opt: d={first.encoder_dim}; step-2 pooler lr {pooler_lr:g}")
+    return outcomes, step2_dev, pooler_lr
 
-    encoders: dict[Path | str, Encoder] = {}
-    vectors: dict[Path | str, np.ndarray] = {}
 
-    def encoder_of(model_dir: Path | str) -> Encoder:
-        if model_dir not in encoders:
-            encoders[model_dir] = load_encoder(model_dir, cache=False)
-        return encoders[model_dir]
+class Embeddings:
+    """The evaluation texts embedded by each model directory, each encoder loaded once."""
 
-    def encoded(model_dir: Path | str) -> np.ndarray:
-        if model_dir not in vectors:
-            log(f"encoding {len(eval_texts)} texts with {model_dir}")
-            encoder = encoder_of(model_dir)
-            vectors[model_dir] = encoder.encode(eval_texts, batch_size=args.encode_batch_size)
-        return vectors[model_dir]
+    def __init__(self, texts: list[str], batch_size: int) -> None:
+        self.texts, self.batch_size = texts, batch_size
+        self.encoders: dict[Path | str, Encoder] = {}
+        self.vectors: dict[Path | str, np.ndarray] = {}
 
-    def pooled(pooler_dir: Path, encoder_dir: Path) -> np.ndarray:
-        return load_compressor(pooler_dir / POOLER_DIR).transform(encoded(encoder_dir))
+    def encoder(self, model_dir: Path | str) -> Encoder:
+        if model_dir not in self.encoders:
+            self.encoders[model_dir] = load_encoder(model_dir, cache=False)
+        return self.encoders[model_dir]
 
-    base_name = encoder_of(args.model).name
-    trained_name = f"{base_name}+{args.objective}"
-    trained_base = end_to_end[full_dim]
-    jobs: list[tuple[str, str, np.ndarray]] = [
-        ("none", base_name, encoded(args.model)),
-        ("none", trained_name, encoded(trained_base)),
+    def encoded(self, model_dir: Path | str) -> np.ndarray:
+        if model_dir not in self.vectors:
+            log(f"encoding {len(self.texts)} texts with {model_dir}")
+            encoder = self.encoder(model_dir)
+            self.vectors[model_dir] = encoder.encode(self.texts, batch_size=self.batch_size)
+        return self.vectors[model_dir]
+
+    def pooled(self, pooler_dir: Path, encoder_dir: Path) -> np.ndarray:
+        return load_compressor(pooler_dir / POOLER_DIR).transform(self.encoded(encoder_dir))
+
+
+def vector_jobs(
+    args: argparse.Namespace,
+    result: TwoStepResult,
+    embeddings: Embeddings,
+    fit_texts: list[str],
+    names: tuple[str, str],
+) -> list[VectorJob]:
+    """Every model to score: both full-width encoders, then per target the manifold fits,
+    the untrained backbone's PCA and the poolers (end to end, after step 1, after step 2)."""
+    base_name, trained_name = names
+    end_to_end, trained_base = result.end_to_end, result.end_to_end[max(result.end_to_end)]
+    encoder_opt = end_to_end[result.encoder_dim]
+    jobs = [
+        VectorJob("none", base_name, embeddings.encoded(args.model)),
+        VectorJob("none", trained_name, embeddings.encoded(trained_base)),
     ]
-    fit_trained = encoder_of(trained_base).encode(fit_texts)
-    fit_untrained = encoder_of(args.model).encode(fit_texts)
-    for d in targets:
-        for method in MANIFOLDS:
+    fit_trained = embeddings.encoder(trained_base).encode(fit_texts)
+    fit_untrained = embeddings.encoder(args.model).encode(fit_texts)
+    for d in args.target_dims:
+        for method, label in MANIFOLDS.items():
             compressor = make_compressor(method, dim=d).fit(fit_trained)
-            jobs.append((LABELS[method], trained_name, compressor.transform(encoded(trained_base))))
+            vectors = compressor.transform(embeddings.encoded(trained_base))
+            jobs.append(VectorJob(label, trained_name, vectors))
         pca = make_compressor("pca", dim=d).fit(fit_untrained)
-        jobs.append((UNTRAINED_PCA, base_name, pca.transform(encoded(args.model))))
-        jobs.append(("end-to-end", trained_name, pooled(end_to_end[d], end_to_end[d])))
-        jobs.append(("after step 1", trained_name, pooled(end_to_end[d], encoder_opt)))
-        jobs.append(("two-step", trained_name, pooled(two[d], encoder_opt)))
-    log(f"scoring {len(jobs)} embeddings on {len(tasks)} tasks with {args.workers} processes")
-    records = score_all(jobs, eval_texts, tasks, sets[0].name, args.workers)
+        jobs.append(
+            VectorJob(UNTRAINED_PCA, base_name, pca.transform(embeddings.encoded(args.model)))
+        )
+        jobs += [
+            VectorJob("end-to-end", trained_name, embeddings.pooled(end_to_end[d], end_to_end[d])),
+            VectorJob("after step 1", trained_name, embeddings.pooled(end_to_end[d], encoder_opt)),
+            VectorJob("two-step", trained_name, embeddings.pooled(result.two_step[d], encoder_opt)),
+        ]
+    return jobs
 
+
+def swap_figure(
+    args: argparse.Namespace, end_to_end: dict[int, Path], dev: ScoredPairs
+) -> tuple[list[int], np.ndarray, Path]:
+    """Every step-1 encoder with every step-1 pooler on STS-B dev (the paper's Figure 4)."""
     swap_dims = sorted(end_to_end, reverse=True)
     swap = pooler_swap_matrix({d: end_to_end[d] for d in swap_dims}, end_to_end, dev)
-    swap_plot = plot_matrix_heatmap(
+    plot = plot_matrix_heatmap(
         swap,
         [f"encoder_{d}" for d in swap_dims],
         [f"pooler_{d}" for d in swap_dims],
@@ -256,120 +256,151 @@ def main() -> int:
         row_label="encoder (trained end to end with pooler_d)",
         column_label="pooler (trained end to end)",
         value_label="STS-B dev Spearman ×100",
-        title="Encoder × pooler swaps (paper Figure 4)",
+        title=PROSE.fill("swap_plot"),
     )
+    return swap_dims, swap, plot
+
+
+def main() -> int:
+    args = parse_args()
+    started = time.perf_counter()
+    data_dir = resolve_data_dir(args.data_dir)
+    tasks, dev, eval_texts = evaluation_data(args, data_dir)
+    training, train_texts = training_data(args, data_dir, eval_texts, dev)
+    if args.objective == "simcse" and args.write_train_texts:
+        atomic_write_text(args.write_train_texts, "".join(t + "\n" for t in train_texts))
+        return 0
+    fit_texts = train_texts[: args.n_fit]
+    log(f"training on {training.name} ({len(training)}); {len(eval_texts)} evaluation texts")
+    outcomes, step2_dev, pooler_lr = train(args, training, dev)
+    first = outcomes[args.pooler_lr_list[0]]
+    result = dataclasses.replace(first, two_step=outcomes[pooler_lr].two_step)
+    embeddings = Embeddings(eval_texts, args.encode_batch_size)
+    base_name = embeddings.encoder(args.model).name
+    names = (base_name, f"{base_name}+{args.objective}")
+    jobs = vector_jobs(args, result, embeddings, fit_texts, names)
+    log(f"scoring {len(jobs)} embeddings on {len(tasks)} tasks with {args.workers} processes")
+    records = score_vectors(jobs, eval_texts, tasks, fit_data=training.name, workers=args.workers)
+    swap = swap_figure(args, first.end_to_end, dev)
     elapsed = time.perf_counter() - started
     write_records(HERE / "results" / f"{args.results_name}.json", records)
+    run = {"elapsed": elapsed, "pooler_lr": pooler_lr, "n_fit": len(fit_texts), "names": names}
+    body = section(args, run, training, result, tasks, records, step2_dev, swap)
+    update_section(RESULTS_MD, args.results_name, body)
+    print(body)
+    return 0
 
-    scores = {(r.model, r.method, r.dim, r.task, r.dataset): r.score for r in records}
 
-    def score(method: str, d: int, task: str, dataset: str = "avg", model: str = "") -> float:
-        model = model or (base_name if method == UNTRAINED_PCA else trained_name)
-        return scores[model, method, d, task, dataset]
+class Scores:
+    """Look-ups into the records: a method's score at a width on a task's data set."""
 
-    methods = [*(LABELS[m] for m in MANIFOLDS), "end-to-end", "two-step"]
-    tasks_named = ("sts", "classification")
-    sts_names = [*suite, "avg"]
-    cls_names = [*(s.name for s in tasks[1].sets), "avg"]  # type: ignore[attr-defined]
+    def __init__(self, records: list[ResultRecord], names: tuple[str, str]) -> None:
+        self.base_name, self.trained_name = names
+        self.scores = {(r.model, r.method, r.dim, r.task, r.dataset): r.score for r in records}
 
-    def layout(task: str, names: list[str]) -> str:
+    def __call__(
+        self, method: str, d: int, task: str, dataset: str = "avg", model: str = ""
+    ) -> float:
+        model = model or (self.base_name if method == UNTRAINED_PCA else self.trained_name)
+        return self.scores[model, method, d, task, dataset]
+
+    def layout(self, targets: list[int], task: str, datasets: list[str]) -> str:
+        """Tables 3 and 4: one row per width and method, one column per data set."""
         rows = [
-            [d, m, *(round(score(m, d, task, name), 2) for name in names)]
+            [d, m, *(round(self(m, d, task, name), 2) for name in datasets)]
             for d in targets
-            for m in [*methods, UNTRAINED_PCA]
+            for m in [*METHODS, UNTRAINED_PCA]
         ]
-        return markdown_table(["d", "method", *names], rows)
+        return markdown_table(["d", "method", *datasets], rows)
+
+
+def step_tables(score: Scores, targets: list[int]) -> dict[str, str]:
+    """The targets' checks and the paper's Table 1 (each step's STS average and its gain)."""
+
+    def sts(method: str, d: int) -> float:
+        return score(method, d, "sts")
 
     table1 = [
-        [d, round(score("end-to-end", d, "sts"), 2),
-         round(score("after step 1", d, "sts"), 2),
-         f"{score('after step 1', d, 'sts') - score('end-to-end', d, 'sts'):+.2f}",
-         round(score("two-step", d, "sts"), 2),
-         f"{score('two-step', d, 'sts') - score('after step 1', d, 'sts'):+.2f}"]
+        [d, round(sts("end-to-end", d), 2), round(sts("after step 1", d), 2),
+         f"{sts('after step 1', d) - sts('end-to-end', d):+.2f}", round(sts("two-step", d), 2),
+         f"{sts('two-step', d) - sts('after step 1', d):+.2f}"]
         for d in targets
     ]  # fmt: skip
     checks = [
         *[[f"two-step − end-to-end, d={d} (STS avg)",
-           round(score("two-step", d, "sts") - score("end-to-end", d, "sts"), 2), ">= 0"]
-          for d in targets],
-        *[[f"two-step − PCA, d={d} (STS avg)",
-           round(score("two-step", d, "sts") - score("PCA", d, "sts"), 2), ">= 0"]
-          for d in targets if d <= 32],
+           round(sts("two-step", d) - sts("end-to-end", d), 2), ">= 0"] for d in targets],
+        *[[f"two-step − PCA, d={d} (STS avg)", round(sts("two-step", d) - sts("PCA", d), 2),
+           ">= 0"] for d in targets if d <= 32],
     ]  # fmt: skip
+    header = ["d", "end-to-end", "after step 1", "gain", "after step 2", "gain"]
+    return {
+        "targets_table": markdown_table(["check", "value", "target"], checks),
+        "table1": markdown_table(header, table1),
+    }
+
+
+def section(
+    args: argparse.Namespace,
+    run: dict[str, Any],
+    training: TrainingSet,
+    result: TwoStepResult,
+    tasks: list[Task],
+    records: list[ResultRecord],
+    step2_dev: dict[float, dict[int, float]],
+    swap: tuple[list[int], np.ndarray, Path],
+) -> str:
+    """The RESULTS.md section: the run's setup, then the paper's tables and Figure 4."""
+    score, targets = Scores(records, run["names"]), args.target_dims
+    full_dim = max(result.end_to_end)
+    sts_names = [*tasks[0].suite, "avg"]  # type: ignore[attr-defined]
+    cls_names = [*(s.name for s in tasks[1].sets), "avg"]  # type: ignore[attr-defined]
     full_rows = [
-        [model, *(round(score("none", full_dim, task, model=model), 2) for task in tasks_named)]
-        for model in (base_name, trained_name)
+        [model, *(round(score("none", full_dim, task, model=model), 2)
+                  for task in ("sts", "classification"))]
+        for model in run["names"]
+    ]  # fmt: skip
+    scores_1 = sorted(result.encoder_scores.items(), reverse=True)
+    lr_rows = [
+        [f"{lr:g}", *(round(step2_dev[lr][d], 2) for d in targets)] for lr in args.pooler_lr_list
     ]
-    step1_rows = [[d, round(s, 2)] for d, s in sorted(first.encoder_scores.items(), reverse=True)]
-    lr_rows = [[f"{lr:g}", *(round(step2_dev[lr][d], 2) for d in targets)] for lr in pooler_lrs]
-    body = "\n".join(
-        [
-            f"## Two-step pooler training vs end-to-end, PCA, Isomap, LLE (`{args.results_name}`)",
-            "",
-            f"Command: `python benchmarks/two_step.py {' '.join(sys.argv[1:])}`  ",
-            f"Machine: {machine_description()}; wall time {elapsed:.0f} s (training, encoding, "
-            f"{args.workers} probe processes).  ",
-            f"Backbone {base_name} (D = {full_dim}); objective {args.objective} on {sets[0].name} "
-            f"({len(sets[0])} examples"
-            + (
-                f", sampled with seed {args.seed} from `unlabeled/en`, no evaluation sentence"
-                if args.objective == "simcse"
-                else ""
-            )
-            + f"); every run: {args.epochs} epoch(s), batch {args.batch_size}, lr {args.lr:g}, "
-            f"best STS-B dev checkpoint (every {args.eval_steps} steps, patience "
-            f"{args.patience}); pooler = linear + tanh on the normalised mean-pooled output. "
-            f"Step 1 dims {', '.join(map(str, sorted(end_to_end, reverse=True)))}; encoder_opt "
-            f"= encoder_{encoder_dim}; step-2 pooler lr {pooler_lr:g} (chosen on STS-B dev among "
-            f"{args.pooler_lrs}). PCA / Isomap / LLE fitted on {len(fit_texts)} training "
-            f"sentences embedded by encoder_{full_dim} (the backbone trained the same way at "
-            "d = D); classification: SentEval logistic-regression probe "
-            f"({args.probe_folds}-fold cross-validation, C by inner {args.probe_inner_folds}-fold "
-            "where a set has no test split).",
-            "",
-            "Targets:",
-            "",
-            markdown_table(["check", "value", "target"], checks),
-            "",
-            "Table 1 layout (7-set STS average): end-to-end, after step 1 (pooler_d on "
-            "encoder_opt), after step 2 (pooler_d fine-tuned on encoder_opt), with each gain:",
-            "",
-            markdown_table(
-                ["d", "end-to-end", "after step 1", "gain", "after step 2", "gain"], table1
+    swap_dims, matrix, plot = swap
+    swap_rows = [[d, *(round(v, 2) for v in row)] for d, row in zip(swap_dims, matrix, strict=True)]
+    return (
+        PROSE.fill(
+            **setup_values(args, run, training, result),
+            **step_tables(score, targets),
+            table3=score.layout(targets, "sts", sts_names),
+            table4=score.layout(targets, "classification", cls_names),
+            full_table=markdown_table(["model", "STS avg", "classification avg"], full_rows),
+            step1_table=markdown_table(
+                ["d'", "STS-B dev"], [[d, round(s, 2)] for d, s in scores_1]
             ),
-            "",
-            "Table 3 layout (STS, Spearman ×100):",
-            "",
-            layout("sts", sts_names),
-            "",
-            "Table 4 layout (classification accuracy ×100):",
-            "",
-            layout("classification", cls_names),
-            "",
-            f"Full width (d = {full_dim}) for reference:",
-            "",
-            markdown_table(["model", "STS avg", "classification avg"], full_rows),
-            "",
-            "Step 1: STS-B dev of each encoder_d' alone (without its pooler):",
-            "",
-            markdown_table(["d'", "STS-B dev"], step1_rows),
-            "",
-            "Step 2 pooler learning rate: STS-B dev of pooler_d on encoder_opt:",
-            "",
-            markdown_table(["lr", *map(str, targets)], lr_rows),
-            "",
-            f"Encoder × pooler swaps (Figure 4, STS-B dev): `benchmarks/results/{swap_plot.name}`.",
-            "",
-            markdown_table(
-                ["encoder \\ pooler", *(str(d) for d in swap_dims)],
-                [[d, *(round(v, 2) for v in row)] for d, row in zip(swap_dims, swap, strict=True)],
-            ),
-            "",
-        ]
+            lr_table=markdown_table(["lr", *map(str, targets)], lr_rows),
+            swap_plot=plot.name,
+            swap_table=markdown_table(["encoder \\ pooler", *map(str, swap_dims)], swap_rows),
+        )
+        + "\n"
     )
-    update_section(HERE / "RESULTS.md", args.results_name, body)
-    print(body)
-    return 0
+
+
+def setup_values(
+    args: argparse.Namespace, run: dict[str, Any], training: TrainingSet, result: TwoStepResult
+) -> dict[str, Any]:
+    """The template's values for the command, the machine and the training setup."""
+    sample = PROSE.fill("simcse_sample", seed=args.seed) if args.objective == "simcse" else ""
+    return {
+        "results_name": args.results_name, "arguments": " ".join(sys.argv[1:]),
+        "machine": machine_description(), "wall_seconds": f"{run['elapsed']:.0f}",
+        "workers": args.workers, "backbone": run["names"][0],
+        "full_dim": max(result.end_to_end), "objective": args.objective,
+        "train_set": training.name, "n_examples": len(training), "sample": sample,
+        "epochs": args.epochs, "batch_size": args.batch_size, "lr": f"{args.lr:g}",
+        "eval_steps": args.eval_steps, "patience": args.patience,
+        "step1_dims": ", ".join(map(str, sorted(result.end_to_end, reverse=True))),
+        "encoder_dim": result.encoder_dim, "pooler_lr": f"{run['pooler_lr']:g}",
+        "pooler_lrs": args.pooler_lrs, "n_fit": run["n_fit"],
+        "probe_folds": args.probe_folds, "probe_inner_folds": args.probe_inner_folds,
+    }  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -34,8 +34,10 @@ from demitasse.errors import DemitasseError, single_line
 from demitasse.io import atomic_directory, check_directory_target, handle_termination
 
 if TYPE_CHECKING:
+    from demitasse.cli.eval_options import SearchOptions
     from demitasse.evaluation.grid import CompressorSpec
     from demitasse.evaluation.records import ResultRecord
+    from demitasse.evaluation.tasks import Task
 
 DEFAULT_DIMS = "384,256,128,64,32,16,8"
 STSB_TRAIN = "stsb-train"
@@ -92,8 +94,9 @@ def _add_eval_parser(commands: Any) -> None:
     )
     evaluate.add_argument(
         "--tasks",
-        default="sts",
-        help="sts,classification,retrieval,clustering,translation,efficiency or 'all'",
+        default=None,
+        help="sts,classification,retrieval,clustering,translation,efficiency or 'all' "
+        "(default: sts; retrieval with --beir or --corpus)",
     )
     evaluate.add_argument(
         "--datasets",
@@ -106,7 +109,36 @@ def _add_eval_parser(commands: Any) -> None:
         default=None,
         help="shorten each data set to N items (quick runs)",
     )
+    _add_retrieval_options(evaluate)
     _common(evaluate)
+
+
+def _add_retrieval_options(evaluate: argparse.ArgumentParser) -> None:
+    """``eval``'s retrieval data and the way the codes are searched."""
+    group = evaluate.add_argument_group("retrieval (default: SciFact test)")
+    group.add_argument("--beir", default=None, help="BEIR folders, DIR[,DIR...]")
+    group.add_argument("--split", default="test", help="qrels split of the --beir folders")
+    group.add_argument("--corpus", default=None, help="documents: .jsonl/.tsv/.csv/.parquet")
+    group.add_argument("--queries", default=None, help="queries: .jsonl/.tsv/.csv/.parquet")
+    group.add_argument("--qrels", default=None, help="judgements: .tsv (query, doc, score), ...")
+    group.add_argument(
+        "--rescore",
+        default=None,
+        help="F[,F...]: search int8/binary codes for the top k·F documents and rescore them "
+        "with the encoder's full output (a model directory: instead of its own factor)",
+    )
+    group.add_argument(
+        "--rescore-precision",
+        choices=("int8", "float32"),
+        default=None,
+        help="how the full output is kept for --rescore (default int8)",
+    )
+    group.add_argument(
+        "--rotation",
+        choices=("none", "random", "itq"),
+        default=None,
+        help="rotate vectors before binarising (binary precision of a sweep; default none)",
+    )
 
 
 def _add_report_parser(commands: Any) -> None:
@@ -502,14 +534,13 @@ def _evaluate_and_report(
     out: Path,
     limit: int | None,
     batch_size: int,
+    search: SearchOptions | None = None,
 ) -> Path:
     from demitasse.cli.specs import parse_compressor_specs, parse_int_list, parse_precisions
     from demitasse.data import STSB_FIT_DATA
     from demitasse.encoders import DEFAULT_MODEL
-    from demitasse.evaluation.grid import (
-        evaluate_grid,
-    )
-    from demitasse.evaluation.suites import build_tasks, parse_task_names
+    from demitasse.evaluation.grid import evaluate_grid
+    from demitasse.evaluation.suites import parse_task_names
     from demitasse.loading import load_encoder
 
     # Parse everything and read the data before the slow model load, so mistakes fail fast.
@@ -519,7 +550,7 @@ def _evaluate_and_report(
     precision_list = parse_precisions(precisions)
     layer_list = _parse_layers(layers)
     task_names = parse_task_names(tasks)
-    task_list = build_tasks(task_names, data_dir, sts_datasets=datasets, limit=limit)
+    task_list = _sweep_tasks(task_names, data_dir, datasets, limit, precision_list, search)
     fit_texts = _fit_texts(fit_data, data_dir)
     fit_name = STSB_FIT_DATA if fit_data == STSB_TRAIN else Path(fit_data).name
     encoder = load_encoder(model or DEFAULT_MODEL)
@@ -536,6 +567,7 @@ def _evaluate_and_report(
         fit_data=fit_name,
         batch_size=batch_size,
         progress=sys.stderr.isatty() or bool(os.environ.get("DEMITASSE_PROGRESS")),
+        quantizer_params=search.quantizer_params if search else None,
     )
     if "efficiency" in task_names:
         records += _speed_records(
@@ -544,6 +576,27 @@ def _evaluate_and_report(
         )  # fmt: skip
     _write_results(records, out, encoder.name, started)
     return out
+
+
+def _sweep_tasks(
+    task_names: list[str],
+    data_dir: str | None,
+    datasets: str,
+    limit: int | None,
+    precisions: list[str],
+    search: SearchOptions | None,
+) -> list[Task]:
+    """The sweep's tasks, with the retrieval data and rescoring variants of ``search``."""
+    from demitasse.cli.eval_options import check_sweep
+    from demitasse.evaluation.suites import build_tasks
+
+    if search is None:
+        return build_tasks(task_names, data_dir, sts_datasets=datasets, limit=limit)
+    check_sweep(search, precisions)
+    return build_tasks(
+        task_names, data_dir, sts_datasets=datasets, limit=limit,
+        retrieval=search.retrieval, rescoring=search.rescoring,
+    )  # fmt: skip
 
 
 def _write_results(records: list[ResultRecord], out: Path, title: str, started: float) -> None:
@@ -580,8 +633,9 @@ def _earlier_results(path: Path) -> bool:
     return (path / "results.json").is_file() and (path / "report").is_dir()
 
 
-def _evaluate_model_dir(args: argparse.Namespace) -> None:
+def _evaluate_model_dir(args: argparse.Namespace, search: SearchOptions) -> None:
     """``eval --model DIR``: score exactly the fitted model saved in DIR."""
+    from demitasse.cli.eval_options import apply_to_model
     from demitasse.cli.specs import parse_int_list, parse_precisions
     from demitasse.evaluation.grid import evaluate_model
     from demitasse.evaluation.suites import build_tasks, parse_task_names
@@ -595,19 +649,23 @@ def _evaluate_model_dir(args: argparse.Namespace) -> None:
             f"{given[0]} applies to a sweep over an encoder; the model directory {args.model} "
             "carries its own layer, compressor and fit"
         )
-    task_names = parse_task_names(args.tasks)
+    task_names = parse_task_names(search.tasks)
     if "efficiency" in task_names:
         raise DemitasseError("--tasks efficiency takes an encoder name, not a model directory")
     out = Path(args.out or "demitasse-results")
     _check_results_target(out)
     model = CompressedModel.load(args.model)
+    apply_to_model(search, model, args.model)
     dims = parse_int_list(args.dims, "--dims") if args.dims else None
     precisions = parse_precisions(args.precision) if args.precision else None
     requested: list[int | None] = list(dims) if dims else [None]
     for dim in requested:
         for precision in precisions or [model.precision]:
             model.bytes_per_vector(dim, precision)  # fail on a bad request before any work
-    tasks = build_tasks(task_names, args.data_dir, sts_datasets=args.datasets, limit=args.limit)
+    tasks = build_tasks(
+        task_names, args.data_dir, sts_datasets=args.datasets, limit=args.limit,
+        retrieval=search.retrieval,
+    )  # fmt: skip
     model.batch_size = args.batch_size
     started = time.perf_counter()
     records = evaluate_model(
@@ -650,10 +708,12 @@ def _speed_records(
 
 
 def _run_eval(args: argparse.Namespace) -> int:
+    from demitasse.cli.eval_options import search_options
     from demitasse.model import is_model_dir
 
+    search = search_options(args)
     if args.model is not None and is_model_dir(args.model):
-        _evaluate_model_dir(args)
+        _evaluate_model_dir(args, search)
         return 0
     _evaluate_and_report(
         model=args.model,
@@ -662,12 +722,13 @@ def _run_eval(args: argparse.Namespace) -> int:
         dims=args.dims or DEFAULT_DIMS,
         precisions=args.precision or "float32",
         fit_data=args.fit_data or STSB_TRAIN,
-        tasks=args.tasks,
+        tasks=search.tasks,
         datasets=args.datasets,
         data_dir=args.data_dir,
         out=Path(args.out or "demitasse-results"),
         limit=args.limit,
         batch_size=args.batch_size,
+        search=search,
     )
     return 0
 

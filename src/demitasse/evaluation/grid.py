@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from demitasse.compress import make_compressor, make_quantizer
+from demitasse.arrays import unit_rows
+from demitasse.compress import Quantizer, make_compressor, make_quantizer
 from demitasse.encoders.base import Encoder
 from demitasse.errors import DemitasseError
 from demitasse.evaluation.records import ResultRecord, rescoring_extra
@@ -20,6 +21,15 @@ from demitasse.model import CompressedModel
 logger = logging.getLogger(__name__)
 
 PRECISIONS = ("float32", "int8", "binary")
+
+
+@dataclass(frozen=True)
+class EncoderStore:
+    """The encoder's full output of the evaluation texts at one layer, kept for rescoring from
+    source ``"encoder"``, and the int8 ranges of the fit texts' normalised output."""
+
+    vectors: np.ndarray
+    quantizer: Quantizer | None
 
 
 @dataclass(frozen=True)
@@ -52,11 +62,15 @@ def evaluate_grid(
     fit_data: str | None = None,
     batch_size: int = 64,
     progress: bool = False,
+    quantizer_params: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[ResultRecord]:
     """Score every layer × compressor × dim × precision on every task.
 
     Texts are encoded once per layer (the encoder caches them); compressors and quantiser
     calibration ranges are fitted on ``fit_texts`` only, never on the evaluation texts.
+    ``quantizer_params`` gives a precision's quantiser options (``{"binary": {"rotation":
+    "itq"}}``); its records carry them in ``extra``. Rescoring variants of source
+    ``"encoder"`` rescore against the layer's full output (int8 ranges from the fit texts).
     """
     layers = list(layers) if layers else [encoder.num_layers]
     needs_fit = any(s.method not in (None, "truncate") for s in specs) or any(
@@ -69,13 +83,10 @@ def evaluate_grid(
     full_dim = encoder.dim
     usable_dims = sorted({d for d in dims if d <= full_dim}, reverse=True)
     records: list[ResultRecord] = []
-    n_configs = (
-        len(layers)
-        * len(precisions)
-        * sum(1 if s.method is None else len(usable_dims) for s in specs)
-    )
+    n_configs = len(layers) * len(precisions) * sum(_n_dims(s, usable_dims) for s in specs)
     bar = tqdm(total=n_configs, desc="evaluating configurations", disable=not progress)
     for layer in layers:
+        store = _encoder_store(tasks, vectors[layer], fit_vectors.get(layer))
         for spec in specs:
             spec_dims = [full_dim] if spec.method is None else usable_dims
             if not spec_dims:
@@ -93,9 +104,15 @@ def evaluate_grid(
                     _apply(compressor, fit_vectors[layer], dim) if fit_vectors else None,
                     texts, tasks, precisions, fields,
                     fit_data if compressor is not None else None, fit_data, bar,
+                    store=store, quantizer_params=quantizer_params or {},
                 )  # fmt: skip
     bar.close()
     return records
+
+
+def _n_dims(spec: CompressorSpec, usable_dims: list[int]) -> int:
+    """How many widths of ``spec`` the grid scores (the encoder's own vectors: one)."""
+    return 1 if spec.method is None else len(usable_dims)
 
 
 def _encode_layers(
@@ -125,16 +142,20 @@ def _score_precisions(
     compressor_fit_data: str | None,
     fit_data: str | None,
     bar: Any,
+    *,
+    store: EncoderStore | None = None,
+    quantizer_params: Mapping[str, Mapping[str, Any]],
 ) -> list[ResultRecord]:
     """Records of one layer × compressor × dim at every precision (quantisers calibrated on
     the fit data's vectors, never on the evaluation texts)."""
     records: list[ResultRecord] = []
     # Document vectors kept as int8 for rescoring get ranges from the fit data, like codes.
     rescore_quantizer = None
-    if reduced_fit is not None and _keeps_int8_vectors(tasks):
+    if reduced_fit is not None and _keeps_int8_vectors(tasks, "compressed"):
         rescore_quantizer = make_quantizer("int8").fit(reduced_fit)
     for precision in precisions:
-        quantizer = make_quantizer(precision)
+        params = dict(quantizer_params.get(precision, {}))
+        quantizer = make_quantizer(precision, **params)
         if reduced_fit is not None:
             quantizer.fit(reduced_fit)
         dim = fields["dim"]
@@ -145,6 +166,8 @@ def _score_precisions(
             dim,
             vectors=reduced,
             rescore_quantizer=rescore_quantizer,
+            encoder_vectors=None if store is None else store.vectors,
+            encoder_rescore_quantizer=None if store is None else store.quantizer,
         )
         common: dict[str, Any] = {
             **fields,
@@ -152,7 +175,7 @@ def _score_precisions(
             "bytes_per_vector": quantizer.bytes_per_vector(dim),
             "fit_data": compressor_fit_data if precision == "float32" else fit_data,
         }
-        for record in score_embedded(embedded, tasks, **common):
+        for record in score_embedded(embedded, tasks, params, **common):
             records.append(record)
             logger.info(_summary_line(record))
         bar.update()
@@ -290,13 +313,32 @@ def evaluate_vectors(
     )  # fmt: skip
 
 
-def _keeps_int8_vectors(tasks: Sequence[Task]) -> bool:
-    """Whether a task rescores against document vectors kept as int8."""
-    return any(
-        getattr(variant, "precision", None) == "int8"
+def _rescoring_variants(tasks: Sequence[Task], source: str) -> list[Any]:
+    """The tasks' rescoring variants that keep document vectors from ``source``."""
+    return [
+        variant
         for task in tasks
         for variant in getattr(task, "rescoring", ())
-    )
+        if getattr(variant, "source", "compressed") == source
+    ]
+
+
+def _keeps_int8_vectors(tasks: Sequence[Task], source: str) -> bool:
+    """Whether a task rescores against document vectors from ``source`` kept as int8."""
+    return any(v.precision == "int8" for v in _rescoring_variants(tasks, source))
+
+
+def _encoder_store(
+    tasks: Sequence[Task], vectors: np.ndarray, fit_vectors: np.ndarray | None
+) -> EncoderStore | None:
+    """The layer's full output for the tasks' rescoring from source ``"encoder"`` (None when
+    no task rescores so); int8 ranges come from the fit texts, never the evaluation texts."""
+    if not _rescoring_variants(tasks, "encoder"):
+        return None
+    quantizer = None
+    if fit_vectors is not None and _keeps_int8_vectors(tasks, "encoder"):
+        quantizer = make_quantizer("int8").fit(unit_rows(fit_vectors))
+    return EncoderStore(vectors, quantizer)
 
 
 def _apply(compressor: object, vectors: np.ndarray, dim: int) -> np.ndarray:

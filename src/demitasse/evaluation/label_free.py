@@ -167,6 +167,24 @@ def _reference_neighbours(
     return scores, _without_self(rows, own, depth)
 
 
+def _mean_overlap(reference_rows: np.ndarray, found_rows: np.ndarray) -> float:
+    """The share of each reference top-k that the candidate also returns, averaged."""
+    k = reference_rows.shape[1]
+    pairs = zip(reference_rows, found_rows, strict=True)
+    return float(np.mean([len(set(a) & set(b)) / k for a, b in pairs]))
+
+
+def _mean_rank_correlation(reference_scores: np.ndarray, candidate_values: np.ndarray) -> float:
+    pairs = zip(reference_scores, candidate_values, strict=True)
+    return float(np.mean([_spearman(r, c) for r, c in pairs]))
+
+
+def _reachable_depth(depth: int, documents: int) -> int:
+    if documents < 1:
+        raise DataError("the corpus needs at least 2 documents when its documents are the queries")
+    return min(depth, documents)
+
+
 def neighbourhood_agreement(
     reference_corpus: np.ndarray,
     candidate: QuantizedIndex,
@@ -191,8 +209,7 @@ def neighbourhood_agreement(
             documents, so this holds the candidate's vectors of all n documents.
         reference_queries: the full model's vectors of the user's queries [m, D]; None to use
             corpus documents as queries.
-        rescore_multiplier, rescore_queries: as in :meth:`QuantizedIndex.search` (rows aligned
-            with ``candidate_queries``).
+        rescore_multiplier, rescore_queries: as in :meth:`QuantizedIndex.search`.
         k, depth: the overlap's and the rank correlation's cut-offs.
         sample: how many queries to draw (None: all), with ``seed``.
         metric_space: how the reference vectors are compared (``"cosine"`` or ``"l2"``).
@@ -205,9 +222,7 @@ def neighbourhood_agreement(
     picked = _sample_rows(len(reference_side), sample, seed)
     own = picked if from_corpus else None
     extra = int(from_corpus)  # one more hit, to drop the query's own document
-    keep_depth = min(depth, reference_corpus.shape[0] - extra)
-    if keep_depth < 1:
-        raise DataError("the corpus needs at least 2 documents when its documents are the queries")
+    keep_depth = _reachable_depth(depth, reference_corpus.shape[0] - extra)
     ref_scores, ref_rows = _reference_neighbours(
         reference_side[picked], reference_corpus, own, keep_depth, metric_space
     )
@@ -217,17 +232,12 @@ def neighbourhood_agreement(
     _, found = candidate.search(
         queries, keep_k + extra, rescore_multiplier=rescore_multiplier, rescore_queries=rescore
     )
-    found = _without_self(found, own, keep_k)
-    overlap = np.mean(
-        [len(set(a) & set(b)) / keep_k for a, b in zip(ref_rows[:, :keep_k], found, strict=True)]
-    )
     values = _candidate_order_values(
         candidate, ref_rows, queries, rescore, rescore_multiplier, keep_depth + extra
     )
-    correlation = np.mean([_spearman(r, c) for r, c in zip(ref_scores, values, strict=True)])
     return NeighbourhoodAgreement(
-        overlap=float(overlap),
-        rank_correlation=float(correlation),
+        overlap=_mean_overlap(ref_rows[:, :keep_k], _without_self(found, own, keep_k)),
+        rank_correlation=_mean_rank_correlation(ref_scores, values),
         n_queries=len(picked),
         k=keep_k,
         depth=keep_depth,

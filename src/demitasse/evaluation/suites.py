@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from demitasse.errors import DataError, DemitasseError
 from demitasse.evaluation.tasks import STSTask, Task
+
+if TYPE_CHECKING:
+    from demitasse.data.beir import BeirDataset
+    from demitasse.search import Rescoring
 
 TASK_NAMES = ("sts", "classification", "retrieval", "clustering", "translation", "efficiency")
 EFFICIENCY_QUERIES = 200
@@ -30,15 +35,19 @@ def build_tasks(
     *,
     sts_datasets: str = "all",
     limit: int | None = None,
+    retrieval: Sequence[BeirDataset] | None = None,
+    rescoring: Sequence[Rescoring] = (),
 ) -> list[Task]:
     """Tasks on the standard benchmark files; ``limit`` shortens each set for quick runs.
 
-    Retrieval and efficiency search always use the whole SciFact corpus: a smaller corpus would
-    change what the figures mean.
+    Retrieval searches ``retrieval`` (any loaded sets; default SciFact test) with the given
+    ``rescoring`` variants. Retrieval and efficiency search always use the whole corpus: a
+    smaller corpus would change what the figures mean.
     """
     from demitasse.data import STS_SUITE, load_scored_pairs, load_sts, resolve_data_dir
 
-    root = resolve_data_dir(data_dir)
+    # Retrieval on given sets is the one task that reads nothing from the data folder.
+    root = Path() if retrieval and set(names) == {"retrieval"} else resolve_data_dir(data_dir)
     tasks: list[Task] = []
     for name in names:
         if name == "sts":
@@ -60,10 +69,7 @@ def build_tasks(
 
             tasks.append(ClassificationTask(root, limit=limit))
         elif name == "retrieval":
-            from demitasse.data.beir import load_beir
-            from demitasse.evaluation.retrieval import RetrievalTask
-
-            tasks.append(RetrievalTask(load_beir(root / "beir" / "scifact", "test")))
+            tasks.append(_retrieval_task(root, retrieval, rescoring))
         elif name == "clustering":
             from demitasse.evaluation.clustering import ClusteringTask
 
@@ -82,3 +88,13 @@ def build_tasks(
                 EfficiencyTask(scifact.corpus_texts, scifact.query_texts[:EFFICIENCY_QUERIES])
             )
     return tasks
+
+
+def _retrieval_task(
+    root: Path, retrieval: Sequence[BeirDataset] | None, rescoring: Sequence[Rescoring]
+) -> Task:
+    from demitasse.data.beir import load_beir
+    from demitasse.evaluation.retrieval import RetrievalTask
+
+    datasets = retrieval or [load_beir(root / "beir" / "scifact", "test")]
+    return RetrievalTask(datasets, rescoring=rescoring)

@@ -379,14 +379,8 @@ def _line_panels(
         ax.set_visible(False)
     for row in axes:
         row[0].set_ylabel(quality_label(best))
-    fig.legend(
-        handles=_line_legend(xs, colours),
-        loc="outside right center",
-        fontsize=8,
-        title="method / precision",
-    )
-    fig.suptitle(_title(title, f"{_task_label(best.task)} against {xlabel}"))
-    return save_figure(fig, path)
+    heading = _title(title, f"{_task_label(best.task)} against {xlabel}")
+    return _finish_figure(fig, _line_legend(xs, colours), heading, path)
 
 
 def _draw_lines(
@@ -447,13 +441,14 @@ def _pareto_plot(
     ax.grid(True, alpha=0.3)
     if subject == ENCODING:
         _mark_layers(ax, points)
-    fig.legend(
-        handles=_pareto_legend(points, colours),
-        loc="outside right center",
-        fontsize=8,
-        title="method / precision",
-    )
-    fig.suptitle(_title(title, f"{_task_label(task)} against {subject}"))
+    heading = _title(title, f"{_task_label(task)} against {subject}")
+    return _finish_figure(fig, _pareto_legend(points, colours), heading, path)
+
+
+def _finish_figure(fig: Figure, handles: list[Line2D], heading: str, path: Path) -> Path:
+    """The legend of methods and precisions on the right, the heading on top, then saved."""
+    fig.legend(handles=handles, loc="outside right center", fontsize=8, title="method / precision")
+    fig.suptitle(heading)
     return save_figure(fig, path)
 
 

@@ -1,0 +1,56 @@
+"""Independent jobs (fits, scorings) in forked worker processes with a set thread budget."""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+J = TypeVar("J")
+R = TypeVar("R")
+
+# What the workers run, keyed by call: set before the fork, so every worker inherits the
+# function (a closure is fine) and its jobs, and only job indices and results are pickled.
+_SHARED: dict[int, tuple[Callable[[Any], Any], Sequence[Any]]] = {}
+_CALLS = itertools.count()
+
+
+def run_in_workers(
+    function: Callable[[J], R], jobs: Sequence[J], *, workers: int, threads: int | None = 1
+) -> Iterator[R]:
+    """Yield ``function(job)`` for every job, in the order the jobs finish.
+
+    With ``workers`` > 1 the jobs run in that many forked processes: they share what the
+    caller loaded (embeddings, an encoder) without copying it. Each worker sets torch to
+    ``threads`` threads before its first job (None: torch's default). Leave it at one per
+    worker unless the cores outnumber the workers: two processes with two threads each on
+    two cores run 3 to 40 times slower than with one thread each. With ``workers`` <= 1 the
+    jobs run here, one after another, under the caller's own thread settings.
+    """
+    if workers <= 1:
+        yield from map(function, jobs)
+        return
+    if not jobs:
+        return
+    call = next(_CALLS)
+    _SHARED[call] = (function, jobs)
+    try:
+        context = multiprocessing.get_context("fork")
+        with context.Pool(min(workers, len(jobs)), _limit_threads, (threads,)) as pool:
+            yield from pool.imap_unordered(_run_shared, [(call, i) for i in range(len(jobs))])
+    finally:
+        del _SHARED[call]
+
+
+def _limit_threads(threads: int | None) -> None:
+    if threads is not None:
+        import torch  # only here: a numpy-only job must not pay for importing torch
+
+        torch.set_num_threads(threads)
+
+
+def _run_shared(task: tuple[int, int]) -> Any:
+    call, index = task
+    function, jobs = _SHARED[call]
+    return function(jobs[index])

@@ -1,0 +1,104 @@
+"""RESULTS.md prose from templates: parts, placeholders, and the section put in place."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from demitasse.errors import DataError
+from demitasse.report.results_file import update_section
+from demitasse.report.templates import SECTION, SectionTemplate, fill_section, join_blocks
+
+TEMPLATE = """## Run (`${name}`)
+
+Command: `python x.py ${arguments}`<BR>
+Machine: ${machine}.${note}
+
+${table}
+
+<!-- part: note -->
+ Means over seeds ${seeds}; costs $$0.
+
+<!-- part: setting -->
+
+### ${title}
+
+${rows} rows.
+
+""".replace("<BR>", "  ")  # a Markdown line break: two trailing spaces
+
+
+def load(tmp_path: Path, text: str = TEMPLATE) -> SectionTemplate:
+    path = tmp_path / "run.md"
+    path.write_text(text, encoding="utf-8")
+    return SectionTemplate.load(path)
+
+
+def test_a_template_splits_into_the_section_and_its_parts(tmp_path: Path) -> None:
+    template = load(tmp_path)
+    assert list(template.parts) == [SECTION, "note", "setting"]
+    assert template.placeholders() == ["name", "arguments", "machine", "note", "table"]
+    assert template.placeholders("setting") == ["title", "rows"]
+
+
+def test_filling_keeps_the_text_byte_for_byte(tmp_path: Path) -> None:
+    template = load(tmp_path)
+    note = template.fill("note", seeds="0,1")
+    assert note == " Means over seeds 0,1; costs $0."
+    body = template.fill(
+        name="run", arguments="--seeds 0,1", machine="2 cores", note=note, table="| a |",
+        unused="ignored",
+    )  # fmt: skip
+    assert body == (
+        "## Run (`run`)\n\nCommand: `python x.py --seeds 0,1`  \n"
+        "Machine: 2 cores. Means over seeds 0,1; costs $0.\n\n| a |"
+    )
+    # Leading and trailing blank lines of a part are layout, not text.
+    assert template.fill("setting", title="Unsupervised", rows=3) == ("### Unsupervised\n\n3 rows.")
+
+
+def test_join_blocks_sets_blocks_one_blank_line_apart_and_drops_empty_ones() -> None:
+    assert join_blocks("### A", "", "text", "| t |") == "### A\n\ntext\n\n| t |"
+    assert join_blocks() == ""
+
+
+def test_a_missing_value_or_part_is_one_line_naming_the_template(tmp_path: Path) -> None:
+    template = load(tmp_path)
+    with pytest.raises(DataError, match=r"run\.md, part 'setting': no value for rows$"):
+        template.fill("setting", title="x")
+    with pytest.raises(DataError, match=r"has no part 'settings'; it has section, note, setting"):
+        template.fill("settings")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("costs $5\n", "part 'section': a '$' that starts no placeholder"),
+        ("a\n<!-- part: x -->\nb\n<!-- part: x -->\nc\n", "names the part 'x' twice"),
+    ],
+)
+def test_a_bad_template_is_one_line(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(DataError, match=re.escape(message)):
+        load(tmp_path, text)
+
+
+def test_a_missing_template_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"^cannot read the template .*none\.md: .*No such file"):
+        SectionTemplate.load(tmp_path / "none.md")
+
+
+def test_fill_section_replaces_only_its_own_section(tmp_path: Path) -> None:
+    results = tmp_path / "RESULTS.md"
+    update_section(results, "other", "## Other\n\nkept")
+    update_section(results, "run", "## Run (`run`)\n\nold figures")
+    template = load(tmp_path)
+    values = {"name": "run", "arguments": "", "machine": "m", "note": "", "table": "| new |"}
+    body = fill_section(results, "run", template, **values)
+    text = results.read_text(encoding="utf-8")
+    assert f"<!-- BEGIN run -->\n{body}\n<!-- END run -->" in text
+    assert "old figures" not in text
+    assert "<!-- BEGIN other -->\n## Other\n\nkept\n<!-- END other -->" in text
+    assert text.index("BEGIN other") < text.index("BEGIN run")
+    assert {p.name for p in tmp_path.iterdir()} == {"RESULTS.md", "run.md"}  # no temporaries
