@@ -80,12 +80,11 @@ class Sweep:
         """Embed every text with every encoder (from the work folder's cache when there)."""
         texts = self.data.texts()
         work, settings = self.settings.work_dir, self.settings
-        main = encode(
-            self.model, texts, work, batch_size=settings.batch_size, progress=settings.progress
-        )
+        batch, progress = settings.batch_size, settings.progress
+        main = encode(self.model, texts, work, batch_size=batch, progress=progress)
         self.encoders = [main]
         if self.static is not None:
-            static = encode(self.static, texts, work, batch_size=settings.batch_size)
+            static = encode(self.static, texts, work, batch_size=batch, progress=progress)
             if static.name == main.name:
                 static.name = f"{static.name}-static"
             self.encoders.append(static)
