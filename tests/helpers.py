@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from demitasse.data.beir import BeirDataset
+
 WORDS = (
     "a the man woman dog cat is are playing guitar piano running eating food plays sits on mat"
     " . , and in park child girl boy car red blue"
@@ -110,3 +112,16 @@ def correlated(n: int = 400, d: int = 24, seed: int = 0) -> np.ndarray:
 def assert_close32(actual: np.ndarray, desired: np.ndarray) -> None:
     """Equal up to float32 rounding (BLAS may block a sliced or chunked product differently)."""
     np.testing.assert_allclose(actual, desired, rtol=1e-5, atol=1e-5 * np.abs(desired).max())
+
+
+def synthetic_beir(qrels: dict[str, dict[str, int]], n_docs: int, n_queries: int) -> BeirDataset:
+    """A BEIR set over documents ``d0…`` named ``doc j`` and queries ``q0…`` named ``query i``
+    (vectors of those texts come from the test's own lookup)."""
+    return BeirDataset(
+        name="Synthetic",
+        corpus_ids=[f"d{j}" for j in range(n_docs)],
+        corpus_texts=[f"doc {j}" for j in range(n_docs)],
+        query_ids=list(qrels),
+        query_texts=[f"query {i}" for i in range(n_queries)],
+        qrels=qrels,
+    )

@@ -16,11 +16,11 @@ import pytest
 from demitasse import CompressedModel
 from demitasse.compress import make_quantizer
 from demitasse.data import ScoredPairs
-from demitasse.data.beir import BeirDataset
 from demitasse.errors import CompressorError, DemitasseError
 from demitasse.evaluation import RetrievalTask, STSTask, evaluate_model, evaluate_run
 from demitasse.evaluation.sts import spearman_x100
 from demitasse.search import QuantizedIndex
+from tests.helpers import synthetic_beir
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("faiss") is None, reason="faiss-cpu (the retrieval extra) is absent"
@@ -188,14 +188,7 @@ def test_evaluate_model_scores_a_rescoring_model_as_it_searches(
     model = rescoring_model(docs, rescore_factor=4)
     truth = np.argsort(-(unit(queries) @ unit(docs).T), axis=1, kind="stable")
     qrels = {f"q{i}": {f"d{j}": int(rng.integers(1, 3)) for j in truth[i, :5]} for i in range(30)}
-    dataset = BeirDataset(
-        name="Synthetic",
-        corpus_ids=[f"d{j}" for j in range(len(docs))],
-        corpus_texts=[f"doc {j}" for j in range(len(docs))],
-        query_ids=list(qrels),
-        query_texts=[f"query {i}" for i in range(len(queries))],
-        qrels=qrels,
-    )
+    dataset = synthetic_beir(qrels, len(docs), len(queries))
     table = dict(zip(dataset.corpus_texts, docs, strict=True))
     table |= dict(zip(dataset.query_texts, queries, strict=True))
     pairs = ScoredPairs("Pairs", dataset.query_texts, dataset.corpus_texts[:30], rng.random(30))

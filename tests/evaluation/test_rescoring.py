@@ -26,7 +26,7 @@ from demitasse.evaluation.retrieval import (
     measure_search_latency,
 )
 from demitasse.evaluation.tasks import EmbeddedTexts
-from tests.helpers import FakeEncoder
+from tests.helpers import FakeEncoder, synthetic_beir
 
 Data = tuple[np.ndarray, np.ndarray]
 
@@ -257,14 +257,7 @@ def synthetic_set(
         f"q{i}": {f"d{j}": int(rng.integers(0, 3)) for j in rng.choice(near[i], 5, replace=False)}
         for i in range(len(queries))
     }
-    dataset = BeirDataset(
-        name="Synthetic",
-        corpus_ids=[f"d{j}" for j in range(len(docs))],
-        corpus_texts=[f"doc {j}" for j in range(len(docs))],
-        query_ids=list(qrels),
-        query_texts=[f"query {i}" for i in range(len(queries))],
-        qrels=qrels,
-    )
+    dataset = synthetic_beir(qrels, len(docs), len(queries))
     return dataset, [*dataset.query_texts, *dataset.corpus_texts]
 
 
