@@ -11,7 +11,7 @@ import pytest
 from demitasse.compress import make_quantizer
 from demitasse.errors import DataError
 from demitasse.evaluation.label_free import NeighbourhoodAgreement, neighbourhood_agreement
-from demitasse.evaluation.retrieval import QuantizedIndex
+from demitasse.search import QuantizedIndex
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("faiss") is None, reason="faiss-cpu (the retrieval extra) is absent"

@@ -18,14 +18,9 @@ from demitasse.data.beir import BeirDataset
 from demitasse.errors import CompressorError, DataError
 from demitasse.evaluation.grid import evaluate_grid
 from demitasse.evaluation.ranking_metrics import evaluate_run
-from demitasse.evaluation.retrieval import (
-    QuantizedIndex,
-    Rescoring,
-    RetrievalTask,
-    exact_search,
-    measure_search_latency,
-)
+from demitasse.evaluation.retrieval import RetrievalTask
 from demitasse.evaluation.tasks import EmbeddedTexts
+from demitasse.search import QuantizedIndex, Rescoring, exact_search, measure_search_latency
 from tests.helpers import FakeEncoder, synthetic_beir
 
 Data = tuple[np.ndarray, np.ndarray]

@@ -23,8 +23,9 @@ from demitasse.evaluation.ranking_metrics import (
     recall_at_k,
     reciprocal_rank_at_k,
 )
-from demitasse.evaluation.retrieval import RetrievalTask, exact_search
+from demitasse.evaluation.retrieval import RetrievalTask
 from demitasse.evaluation.tasks import EmbeddedTexts
+from demitasse.search import exact_search
 from tests.helpers import FakeEncoder
 
 # ---- loader ---------------------------------------------------------------------------------

@@ -23,14 +23,7 @@ from demitasse.evaluation.records import (
     read_records,
     write_records,
 )
-from demitasse.evaluation.retrieval import (
-    QuantizedIndex,
-    Rescoring,
-    RetrievalTask,
-    SearchLatency,
-    exact_search,
-    measure_search_latency,
-)
+from demitasse.evaluation.retrieval import RetrievalTask
 from demitasse.evaluation.sts import spearman_x100
 from demitasse.evaluation.suites import TASK_NAMES, build_tasks
 from demitasse.evaluation.tasks import EmbeddedTexts, Score, STSTask, Task, with_average
@@ -45,13 +38,10 @@ __all__ = [
     "EmbeddedTexts",
     "NeighbourhoodAgreement",
     "ProbeSettings",
-    "QuantizedIndex",
-    "Rescoring",
     "ResultRecord",
     "RetrievalTask",
     "STSTask",
     "Score",
-    "SearchLatency",
     "Task",
     "TranslationTask",
     "build_tasks",
@@ -60,12 +50,10 @@ __all__ = [
     "evaluate_model",
     "evaluate_run",
     "evaluate_vectors",
-    "exact_search",
     "kmeans_cluster",
     "machine_description",
     "mean_over_seeds",
     "measure_encode_throughput",
-    "measure_search_latency",
     "measure_transform_throughput",
     "neighbourhood_agreement",
     "read_records",

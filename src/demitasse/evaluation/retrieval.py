@@ -18,29 +18,12 @@ from demitasse.evaluation.records import rescoring_extra
 from demitasse.evaluation.tasks import EmbeddedTexts, Score, Task, with_average
 from demitasse.search import (
     METRIC_SPACES,
-    RESCORE_PRECISIONS,
-    SEARCH_METRICS,
     QuantizedIndex,
     Rescoring,
-    SearchLatency,
-    build_index,
     check_k,
     exact_search,
     measure_search_latency,
 )
-
-__all__ = [
-    "METRIC_SPACES",
-    "RESCORE_PRECISIONS",
-    "SEARCH_METRICS",
-    "QuantizedIndex",
-    "Rescoring",
-    "RetrievalTask",
-    "SearchLatency",
-    "build_index",
-    "exact_search",
-    "measure_search_latency",
-]
 
 
 class RetrievalTask(Task):
