@@ -560,6 +560,57 @@ class CompressedModel:
                     f"with ({key} {now.get(key)} != {saved[key]}); refit the model"
                 )
 
+    def provenance(self, dim: int | None = None, precision: str | None = None) -> dict[str, Any]:
+        """What identifies this model's output at ``dim`` and ``precision``: the encoder (name,
+        kind and content fingerprint), the layer cut, the compressor with a hash of its fitted
+        state, the width, the precision and its calibration, normalisation and the demitasse
+        version. Stores of vectors keep it and compare it (:mod:`demitasse.provenance`)."""
+        dim, precision = self._check_request(dim, precision or self.precision)
+        encoder = None
+        if self.has_encoder:
+            if self._encoder is None:
+                self._load_encoder()
+            ref = self._encoder_ref or {}
+            encoder = {key: ref.get(key) for key in ("name", "kind", "dim", "fingerprint")}
+        return {
+            "demitasse_version": demitasse_version(),
+            "encoder": encoder,
+            "layer": self.layer,
+            "method": self.method,
+            "fitted_state": self.state_hash(),
+            "dim": dim,
+            "precision": precision,
+            "normalize": self.normalize,
+        }
+
+    def state_hash(self) -> str:
+        """A content hash of everything fitted (compressor, quantisers, rescoring ranges) and
+        of the settings that change vectors: equal hashes give equal outputs."""
+        import tempfile
+
+        from demitasse.encoders.cache import fingerprint_directory
+
+        self._check_fitted()
+        with tempfile.TemporaryDirectory(prefix="demitasse-state-") as tmp:
+            root = Path(tmp)
+            for part, directory in (
+                (self.compressor, COMPRESSOR_DIR),
+                (self.quantizer, QUANTIZER_DIR),
+                (self.rescore_quantizer, RESCORE_DIR),
+            ):
+                if part is not None:
+                    part.save(root / directory)
+            for volatile in root.rglob(MARKER):
+                volatile.unlink()
+            settings = {
+                "layer": self.layer,
+                "normalize": self.normalize,
+                "precision": self.precision,
+                "rescore": [self.rescore_factor, self.rescore_precision],
+            }
+            (root / "settings.json").write_text(json.dumps(settings, sort_keys=True))
+            return fingerprint_directory(root)
+
     # ---- persistence -------------------------------------------------------------------------
 
     def config(self) -> dict[str, Any]:
