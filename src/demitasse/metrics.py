@@ -1,12 +1,17 @@
-"""Metrics shared by evaluation and training (training's dev checks must not import the
-evaluation harness, which sits above the models it scores)."""
+"""Metrics shared by evaluation, training, tuning and reports (training's dev checks must not
+import the evaluation harness, which sits above the models it scores)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import numpy as np
 from scipy.stats import spearmanr
 
 from demitasse.errors import DataError
+
+Item = TypeVar("Item")
 
 
 def spearman_x100(predicted: np.ndarray, gold: np.ndarray) -> float:
@@ -20,3 +25,24 @@ def spearman_x100(predicted: np.ndarray, gold: np.ndarray) -> float:
     if np.ptp(predicted) == 0:
         return 0.0  # constant predictions carry no ranking; spearmanr would return NaN
     return float(spearmanr(predicted, gold).statistic * 100.0)
+
+
+def pareto_front(
+    items: Iterable[Item],
+    *,
+    cost: Callable[[Item], float],
+    quality: Callable[[Item], float],
+    tie_break: Callable[[Item], Any] | None = None,
+) -> list[Item]:
+    """The items no other item beats on both cost (lower is better) and quality (higher is
+    better), cheapest first. Among items of equal cost the best quality stands for them, and
+    among those the smallest ``tie_break``."""
+
+    def order(item: Item) -> tuple[Any, ...]:
+        return cost(item), -quality(item), tie_break(item) if tie_break else 0
+
+    front: list[Item] = []
+    for item in sorted(items, key=order):
+        if not front or quality(item) > quality(front[-1]):
+            front.append(item)
+    return front

@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from demitasse import metrics
 from demitasse.errors import DataError
 from demitasse.evaluation.records import ResultRecord
 from demitasse.io import atomic_path
@@ -102,11 +103,7 @@ def encode_speeds(records: Sequence[ResultRecord]) -> dict[tuple[str, int | None
 
 def pareto_front(points: Sequence[Point]) -> list[Point]:
     """The points no other point beats on both speed and quality, fastest first."""
-    front: list[Point] = []
-    for point in sorted(points, key=lambda p: (-p.speed, -p.quality)):
-        if not front or point.quality > front[-1].quality:
-            front.append(point)
-    return front
+    return metrics.pareto_front(points, cost=lambda p: -p.speed, quality=lambda p: p.quality)
 
 
 def speed_points(

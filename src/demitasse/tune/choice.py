@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from demitasse import metrics
 from demitasse.errors import DataError
 from demitasse.tune.space import Configuration
 
@@ -188,11 +189,9 @@ def requirement(kind: str, full: Outcome | float, target: Target) -> Requirement
 def pareto_front(outcomes: Sequence[Outcome]) -> list[Outcome]:
     """The outcomes no other beats on both index bytes and quality, fewest bytes first
     (among equal index bytes, the one the choice would prefer)."""
-    front: list[Outcome] = []
-    for outcome in sorted(outcomes, key=lambda o: (o.index_bytes, -o.quality, o.cost())):
-        if not front or outcome.quality > front[-1].quality:
-            front.append(outcome)
-    return front
+    return metrics.pareto_front(
+        outcomes, cost=lambda o: o.index_bytes, quality=lambda o: o.quality, tie_break=Outcome.cost
+    )
 
 
 class NoConfigurationError(DataError):
