@@ -102,3 +102,17 @@ def test_fill_section_replaces_only_its_own_section(tmp_path: Path) -> None:
     assert "<!-- BEGIN other -->\n## Other\n\nkept\n<!-- END other -->" in text
     assert text.index("BEGIN other") < text.index("BEGIN run")
     assert {p.name for p in tmp_path.iterdir()} == {"RESULTS.md", "run.md"}  # no temporaries
+
+
+def test_hand_written_notes_outlive_a_re_run(tmp_path: Path) -> None:
+    results = tmp_path / "RESULTS.md"
+    update_section(results, "bench", "Command: `run`\n\n| a |\n|---|\n| 1 |")
+    text = results.read_text()
+    note = "<!-- notes -->\nNote (by hand): the first run was on a loaded machine.\n<!-- /notes -->"
+    results.write_text(text.replace("| 1 |\n", "| 1 |\n\n" + note + "\n"))
+    update_section(results, "bench", "Command: `run`\n\n| a |\n|---|\n| 2 |")
+    text = results.read_text()
+    assert "| 2 |" in text and "| 1 |" not in text
+    assert text.count(note) == 1 and text.index("| 2 |") < text.index(note)
+    update_section(results, "bench", "Command: `run`\n\n| a |\n|---|\n| 3 |")
+    assert results.read_text().count(note) == 1
