@@ -104,7 +104,9 @@ class LanceStore:
         try:
             return require_lancedb().connect(str(self.db))
         except (OSError, ValueError, RuntimeError) as exc:
-            raise DataError(f"cannot open the LanceDB database {self.db}: {one_line(exc)}") from None
+            raise DataError(
+                f"cannot open the LanceDB database {self.db}: {one_line(exc)}"
+            ) from None
 
     def exists(self) -> bool:
         return self.db.is_dir() and self.table in _table_names(self._connect())
@@ -200,7 +202,8 @@ class LanceStore:
         store_text: bool,
     ) -> None:
         self._check_model(model, layout)
-        for name, asked, held in (("dim", dim, layout.dim), ("precision", precision, layout.precision)):  # fmt: skip
+        held_by_table = (("dim", dim, layout.dim), ("precision", precision, layout.precision))
+        for name, asked, held in held_by_table:
             if asked is not None and asked != held:
                 raise DataError(f"{self.where} holds {name} {held}, not {asked}")
         if store_text != layout.with_text:
@@ -221,6 +224,10 @@ class LanceStore:
         """The top ``k`` documents for each query text, best first (equal scores: the earlier
         added first), encoded and searched as ``model`` searches; ``rescore_factor`` overrides
         the model's rescoring factor F (the first stage returns ``k·F`` candidates)."""
+        if isinstance(queries, np.ndarray):
+            raise DataError(
+                "queries must be texts: the model encodes them as it encoded the documents"
+            )
         queries = check_texts(queries, "queries")
         if not queries:
             raise DataError("no queries to search")
