@@ -320,3 +320,14 @@ def test_cli_bad_input_ends_in_one_line_with_exit_code_2(
     ]:
         code, _, err = _run(capsys, *argv)
         assert code == 2 and message in err and err.count("\n") == 1, (argv, err)
+
+
+def test_a_refitted_model_is_checked_again(encoder: Path, corpus: tuple, tmp_path: Path) -> None:
+    ids, texts, queries = corpus
+    model = _model(encoder, texts, **CONFIGS["float32"])
+    store = _store(tmp_path / "db")
+    store.add(model, ids, texts)
+    store.search(model, queries, 3)  # checked, and remembered
+    model.fit(texts[: N_DOCS // 2])
+    with pytest.raises(ProvenanceError, match="different model"):
+        store.search(model, queries, 3)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import math
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +96,11 @@ class LanceStore:
         self.table = table
         self.where = f"table {table!r} in {self.db}"
         self._scanned: tuple[int, QuantizedIndex, np.ndarray, np.ndarray] | None = None
+        # Models already checked against the table, with what they were checked in: hashing a
+        # model's fitted state costs milliseconds, too much for every query.
+        self._checked: weakref.WeakKeyDictionary[CompressedModel, tuple] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # ---- the table ----------------------------------------------------------------------------
 
@@ -128,7 +134,16 @@ class LanceStore:
         return int(self._open()[0].count_rows())
 
     def _check_model(self, model: CompressedModel, layout: Layout) -> None:
-        """Refuse, in one line, a model whose output differs from the table's documents."""
+        """Refuse, in one line, a model whose output differs from the table's documents (a
+        model is checked again once it was refitted or its settings changed)."""
+        state = _model_state(model, layout)
+        checked = self._checked.get(model)
+        if (
+            checked is not None
+            and all(a is b for a, b in zip(checked[:-1], state[:-1], strict=True))
+            and checked[-1] == state[-1]
+        ):
+            return
         try:
             current = model.provenance(layout.dim, layout.precision)
         except DemitasseError as exc:  # the model has no such width or precision
@@ -136,6 +151,7 @@ class LanceStore:
                 f"{self.where} holds vectors of a different model ({one_line(exc)})"
             ) from None
         check_provenance(layout.provenance, current, self.where)
+        self._checked[model] = state
 
     # ---- writing ------------------------------------------------------------------------------
 
@@ -339,6 +355,15 @@ class _BatchStream:
             if layout.rescore_dtype is not None:
                 columns[RESCORE] = fixed_size_list(model.transform_for_rescoring(vectors))
             yield pa.record_batch([columns[name] for name in schema.names], schema=schema)
+
+
+def _model_state(model: CompressedModel, layout: Layout) -> tuple:
+    """What a provenance check was made with: the model's fitted parts and settings, compared
+    by identity (held, so that identity stays meaningful; a refit replaces ``fit_info``), and
+    the table's provenance, compared by value."""
+    return (model.fit_info, model.compressor, model.quantizer, model.rescore_quantizer,
+            model.layer, model.normalize, model.rescore_factor, model.rescore_precision,
+            layout.provenance)  # fmt: skip
 
 
 def _table_names(connection: Any) -> list[str]:
