@@ -93,6 +93,8 @@ class LanceStore:
         if not isinstance(table, str) or not table:
             raise DataError(f"table name must be a non-empty string, got {table!r}")
         self.db = Path(db).expanduser()
+        if self.db.exists() and not self.db.is_dir():
+            raise DataError(f"{self.db} is not a directory (a LanceDB database is one)")
         self.table = table
         self.where = f"table {table!r} in {self.db}"
         self._scanned: tuple[int, QuantizedIndex, np.ndarray, np.ndarray] | None = None
@@ -105,8 +107,6 @@ class LanceStore:
     # ---- the table ----------------------------------------------------------------------------
 
     def _connect(self) -> Any:
-        if self.db.exists() and not self.db.is_dir():
-            raise DataError(f"{self.db} is not a directory (a LanceDB database is one)")
         try:
             return require_lancedb().connect(str(self.db))
         except (OSError, ValueError, RuntimeError) as exc:
