@@ -222,6 +222,9 @@ def test_bad_calls_fail_in_one_line(models: dict, corpus: tuple, tmp_path: Path)
         store.add(model, ["a", "b"], ["x"])
     with pytest.raises(DataError, match="no documents"):
         store.add(model, [], [])
+    vectors_only = CompressedModel(compressor="pca", dim=4).fit(vectors=model.embed(texts))
+    with pytest.raises(DataError, match="vectors-only"):
+        store.add(vectors_only, ["a"], ["x"])
     store.add(model, ids, texts)
     vectors = model.embed(queries)
     with pytest.raises(DataError, match="queries must be texts"):  # no way around the model

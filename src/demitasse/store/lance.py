@@ -177,6 +177,8 @@ class LanceStore:
         """
         ids, texts = _check_documents(ids, texts)
         batch_size = check_k(batch_size)
+        if not model.has_encoder:
+            raise DataError("a vectors-only model has no encoder to turn texts into vectors")
         connection = self._connect()
         created = not self.exists()
         if created:
