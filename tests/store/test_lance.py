@@ -103,6 +103,23 @@ def test_index_then_search_equals_the_models_in_memory_search(
         assert _pairs(store.search(model, queries, k)) == _in_memory(model, ids, texts, queries, k)
 
 
+@pytest.mark.parametrize("name", ["binary-itq-rescored", "binary"])
+def test_ties_beyond_the_first_query_are_fetched(
+    name: str, models: dict, corpus: tuple, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a margin, the first LanceDB query rarely shows where the ties of the last
+    candidate end: the second query must fetch them all, or ids and scores would differ."""
+    from demitasse.store import lance
+
+    monkeypatch.setattr(lance, "TIE_MARGIN", 0)
+    ids, texts, queries = corpus
+    model = models[name]
+    store = _store(tmp_path / "db")
+    store.add(model, ids, texts)
+    for k in (1, 3, 10, N_DOCS):
+        assert _pairs(store.search(model, queries, k)) == _in_memory(model, ids, texts, queries, k)
+
+
 def test_the_table_holds_codes_rescoring_vectors_texts_and_provenance(
     models: dict, corpus: tuple, tmp_path: Path
 ) -> None:

@@ -62,6 +62,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_TABLE = "documents"
+#: Extra documents the first-stage query of binary codes fetches beyond its depth, to see
+#: every document tied with the last candidate.
+TIE_MARGIN = 64
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,8 @@ def require_lancedb() -> Any:
 
 class LanceStore:
     """The table ``table`` of the LanceDB database at ``db`` (a directory, created on the first
-    :meth:`add`)."""
+    :meth:`add`). A store opens its table once and searches that version and what it adds
+    itself: open a new store to see what another process added since."""
 
     def __init__(self, db: str | Path, table: str = DEFAULT_TABLE) -> None:
         if not isinstance(table, str) or not table:
@@ -98,6 +102,8 @@ class LanceStore:
         self.table = table
         self.where = f"table {table!r} in {self.db}"
         self._scanned: tuple[int, QuantizedIndex, np.ndarray, np.ndarray] | None = None
+        # The table as first opened: reopening costs more than a search of a small table.
+        self._opened: tuple[Any, Layout] | None = None
         # Models already checked against the table, with what they were checked in: hashing a
         # model's fitted state costs milliseconds, too much for every query.
         self._checked: weakref.WeakKeyDictionary[CompressedModel, tuple] = (
@@ -117,14 +123,17 @@ class LanceStore:
     def exists(self) -> bool:
         return self.db.is_dir() and self.table in _table_names(self._connect())
 
-    def _open(self) -> tuple[Any, Layout]:
+    def _open(self, *, fresh: bool = False) -> tuple[Any, Layout]:
+        if self._opened is not None and not fresh:
+            return self._opened
         if not self.exists():
             raise DataError(f"no {self.where}; write it first with 'demitasse index'")
         try:
             table = self._connect().open_table(self.table)
         except (OSError, ValueError, RuntimeError) as exc:
             raise DataError(f"cannot open {self.where}: {one_line(exc)}") from None
-        return table, read_layout(table.schema, self.where)
+        self._opened = (table, read_layout(table.schema, self.where))
+        return self._opened
 
     def provenance(self) -> dict[str, Any]:
         """The provenance of the model whose documents the table holds."""
@@ -185,13 +194,14 @@ class LanceStore:
             layout = layout_for(model, dim, precision, with_text=store_text)
             table, start = self._create(connection, layout), 0
         else:
-            table, layout = self._open()
+            table, layout = self._open(fresh=True)
             self._check_append(model, layout, dim, precision, store_text)
             ids, texts, start = _new_documents(table, ids, texts, skip_existing, self.where)
         if not ids:
             logger.info("%s already holds every document", self.where)
             return 0
         batches = _BatchStream(model, layout, ids, texts, start, batch_size)
+        self._opened = self._scanned = None
         try:
             table.add(pa.RecordBatchReader.from_batches(layout.schema(), iter(batches)))
         except BaseException as exc:
@@ -202,7 +212,6 @@ class LanceStore:
             if batches.failure is not None and exc is not batches.failure:
                 raise batches.failure from None
             raise
-        self._scanned = None
         return len(ids)
 
     def _create(self, connection: Any, layout: Layout) -> Any:
@@ -428,8 +437,10 @@ def _hamming_candidates(
     table: Any, code: np.ndarray, depth: int, n_rows: int, columns: list[str]
 ) -> pa.Table:
     """Every document that can be among the ``depth`` nearest by Hamming distance, in row
-    order: LanceDB's top ``depth``, plus every document tied with the last of them (LanceDB
-    breaks ties by its own row ids; in-memory search by insertion row)."""
+    order: LanceDB's top ``depth`` and every document tied with the last of them (LanceDB
+    breaks ties by its own row ids, in-memory search by insertion row). One query with a
+    margin beyond ``depth`` nearly always shows where the ties end; else a second one fetches
+    them."""
 
     def query() -> Any:
         return (
@@ -439,13 +450,15 @@ def _hamming_candidates(
             .select([*columns, "_distance"])
         )
 
-    found = query().limit(depth).to_arrow()
-    if found.num_rows == depth and depth < n_rows:
-        boundary = float(pc.max(found["_distance"]).as_py())
-        ties = query().distance_range(boundary, boundary + 1).limit(n_rows).to_arrow()
-        closer = found.filter(pc.less(found["_distance"], boundary))
-        found = pa.concat_tables([closer, ties.select(closer.schema.names)])
-    return found.sort_by(ROW)
+    limit = min(n_rows, depth + max(TIE_MARGIN, depth // 4))
+    found = query().limit(limit).to_arrow().sort_by("_distance")
+    distances = found["_distance"].to_numpy()
+    boundary = distances[depth - 1]
+    if found.num_rows in (n_rows, 0) or found.num_rows < limit or distances[-1] > boundary:
+        return found.slice(0, int(np.searchsorted(distances, boundary, side="right"))).sort_by(ROW)
+    ties = query().distance_range(boundary, boundary + 1).limit(n_rows).to_arrow()
+    closer = found.filter(pc.less(found["_distance"], boundary))
+    return pa.concat_tables([closer, ties.select(closer.schema.names)]).sort_by(ROW)
 
 
 def _index_of(found: pa.Table, layout: Layout, model: CompressedModel) -> QuantizedIndex:
