@@ -45,8 +45,9 @@ def add_store_commands(commands: Any) -> None:  # argparse's subparsers action
     index.add_argument("--no-text", action="store_true", help="do not keep the texts")
     index.add_argument("--skip-existing", action="store_true",
                        help="add only the ids the table does not hold yet")  # fmt: skip
-    index.add_argument("--batch-size", type=positive_int, default=1024, help="texts per commit "
-                       "batch written (the encoder batches by the model's own size)")  # fmt: skip
+    index.add_argument("--batch-size", type=positive_int, default=1024,
+                       help="texts encoded and streamed to LanceDB at a time (all of them are "
+                       "committed at once)")  # fmt: skip
 
     search = commands.add_parser(
         "search",
