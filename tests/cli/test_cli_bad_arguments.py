@@ -60,6 +60,8 @@ VALID = {
         "{new}/model",
     ],
     "serve": ["{text_model}", "--port", "0"],
+    "index": ["{text_model}", "--input", "{texts}", "--db", "{new}/db"],
+    "search": ["{text_model}", "--db", "{new}/db", "--query", "a cat"],
 }
 
 # (command, arguments, a piece of the one-line message)
@@ -382,6 +384,17 @@ ROWS: list[tuple[str, list[str], str]] = [
     # serve
     ("serve", ["{text_model}", "--host", "256.0.0.1"], "cannot listen on 256.0.0.1"),
     ("serve", ["{vector_model}", "--port", "0"], "vectors-only model"),
+    # index, search
+    ("index", ["{text_model}", "--input", "{texts}"], "--db"),
+    ("index", ["{text_model}", "--input", "{missing}.jsonl", "--db", "{new}/db"], "not found"),
+    ("index", ["{text_model}", "--input", "{empty}", "--db", "{new}/db"], "no text found"),
+    ("index", ["{text_model}", "--input", "{vectors}", "--db", "{new}/db"], "unsupported file"),
+    ("index", ["{text_model}", "--input", "{texts}", "--db", "{notes}"], "not a directory"),
+    ("index", ["{missing}", "--input", "{texts}", "--db", "{new}/db"], "missing"),
+    ("search", ["{text_model}", "--db", "{new}/db"], "--query"),
+    ("search", ["{text_model}", "--db", "{new}/db", "--query", "x"], "no table 'documents'"),
+    ("search", ["{text_model}", "--db", "{notes}", "--query", "x"], "not a directory"),
+    ("search", ["{text_model}", "--db", "{root}", "--table", "", "--query", "x"], "table name"),
 ]
 
 NUMBER_TYPES = {

@@ -30,6 +30,7 @@ from demitasse.cli.model_commands import (
     run_transform,
 )
 from demitasse.cli.serve_command import add_serve_parser, run_serve
+from demitasse.cli.store_commands import add_store_commands, run_index, run_search
 from demitasse.cli.tune_command import add_tune_parser, run_tune
 from demitasse.errors import DemitasseError, single_line
 from demitasse.io import atomic_directory, check_directory_target, handle_termination
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tune_parser(commands)
     _add_distill_static_parser(commands)
     add_serve_parser(commands)
+    add_store_commands(commands)
     _add_demo_parser(commands)
     return parser
 
@@ -386,6 +388,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             "export": run_export,
             "distill-static": _run_distill_static,
             "serve": run_serve,
+            "index": run_index,
+            "search": run_search,
         }
         return runners[args.command](args)
     except DemitasseError as exc:
