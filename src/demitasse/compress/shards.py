@@ -20,6 +20,7 @@ import glob
 import logging
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -217,9 +218,17 @@ def block_statistics(batch: Any, column: str = "embedding") -> dict[str, np.ndar
     """A Ray Data ``map_batches`` function (``batch_format="pyarrow"``): the
     :class:`VectorStatistics` of one batch of ``column`` as one row (count, shift, sum, gram),
     for :func:`merge_statistics_rows` to reduce. Usable in your own pipelines."""
-    names = batch.column_names
-    where = f"{batch.column('path')[0]} (a Ray block)" if "path" in names and len(batch) else ""
-    stats = VectorStatistics().update(vectors_of(batch.column(column), where or "a Ray block"))
+    stats = VectorStatistics()
+    if len(batch) == 0:
+        pass
+    elif "path" not in batch.column_names:
+        stats.update(vectors_of(batch.column(column), "a Ray block"))
+    else:  # Ray may concatenate blocks of several files: name the one at fault
+        paths = batch.column("path").to_numpy(zero_copy_only=False)
+        starts = [0, *(np.flatnonzero(paths[1:] != paths[:-1]) + 1).tolist(), len(paths)]
+        for start, stop in pairwise(starts):
+            where = f"{paths[start]} (part of a Ray block)"
+            stats.update(vectors_of(batch.column(column).slice(start, stop - start), where))
     if stats.count == 0:
         return {"count": np.zeros(0, dtype=np.int64)}
     assert stats.shift is not None and stats.sum is not None and stats.gram is not None
@@ -254,7 +263,8 @@ def _ray_statistics(paths: list[Path], column: str, batch_rows: int) -> VectorSt
         check_vector_column(path, column)
     # Statistics of different blocks are merged exactly (up to rounding) in any order, so
     # Ray may split and schedule the blocks however it likes.
-    dataset = ray.data.read_parquet([str(p) for p in paths], columns=[column], include_paths=True)
+    dataset = ray.data.read_parquet([str(p) for p in paths], include_paths=True)
+    dataset = dataset.select_columns([column, "path"])  # read only these (Ray pushes it down)
     blocks = dataset.map_batches(
         block_statistics, fn_kwargs={"column": column},
         batch_format="pyarrow", batch_size=batch_rows,
