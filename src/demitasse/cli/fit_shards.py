@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from demitasse.cli.arguments import non_negative_int, positive_int
 from demitasse.errors import DataError, DemitasseError
 
 if TYPE_CHECKING:
@@ -28,29 +29,13 @@ _GLOB_CHARACTERS = frozenset("*?[")
 def add_shard_options(source: Any) -> None:  # an argparse argument group
     """``--sample``, ``--seed`` and ``--engine`` of ``fit --vectors``."""
     source.add_argument(
-        "--sample", type=_positive, default=None,
+        "--sample", type=positive_int, default=None,
         help=f"fit learned compressors and int8/binary calibration on a seeded uniform sample "
         f"of N vectors drawn across the shards (default {DEFAULT_SAMPLE:,}); PCA uses them all",
     )  # fmt: skip
-    source.add_argument("--seed", type=_non_negative, default=0, help="seed of --sample")
+    source.add_argument("--seed", type=non_negative_int, default=0, help="seed of --sample")
     source.add_argument("--engine", choices=("local", "ray"), default="local",
                         help="where PCA's shard statistics are computed")  # fmt: skip
-
-
-def _positive(text: str) -> int:
-    from demitasse.cli.arguments import positive_int
-
-    return positive_int(text)
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
-    return value
 
 
 def wants_shards(args: argparse.Namespace) -> bool:
