@@ -73,6 +73,8 @@ def fit_from_shards(
     compressor = None if spec is None else spec.build(width, args.dim)
     fit_data = args.fit_data or Path(str(args.vectors)).name
     if isinstance(compressor, PCA):
+        if supervision:
+            raise DemitasseError("pca takes no supervision; drop --pairs/--beir/--qrels")
         info = _fit_pca(model, compressor, paths, args, fit_data)
     else:
         model.compressor = compressor
