@@ -203,37 +203,42 @@ def shard_statistics(
 
     ``engine="ray"`` computes one :class:`VectorStatistics` per Ray Data block (on whatever
     cluster ``ray.init`` joined, or a local one) and merges them on the driver; Ray is
-    imported only then (``pip install 'ray[data]'``).
+    imported only then (``pip install 'demitasse[ray]'``). ``batch_rows`` is the local
+    engine's batch; Ray takes whole blocks, bounded by its target block size.
     """
     if engine not in ENGINES:
         raise DemitasseError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if engine == "ray":
-        return _ray_statistics(vector_shards(pattern), column, batch_rows)
+        return _ray_statistics(vector_shards(pattern), column)
     statistics = VectorStatistics()
     scan_shards(pattern, statistics, column=column, batch_rows=batch_rows)
     return statistics
 
 
 def block_statistics(batch: Any, column: str = "embedding") -> dict[str, np.ndarray]:
-    """A Ray Data ``map_batches`` function (``batch_format="pyarrow"``): the
+    """A Ray Data ``map_batches`` function (``batch_format="pyarrow"``, best with
+    ``batch_size=None``, whole blocks, so no file's rows are cut apart): the
     :class:`VectorStatistics` of one batch of ``column`` as one row (count, shift, sum, gram),
     for :func:`merge_statistics_rows` to reduce. Usable in your own pipelines."""
     stats = VectorStatistics()
-    if len(batch) == 0:
-        pass
-    elif "path" not in batch.column_names:
-        stats.update(vectors_of(batch.column(column), "a Ray block"))
-    else:  # Ray may concatenate blocks of several files: name the one at fault
-        paths = batch.column("path").to_numpy(zero_copy_only=False)
-        starts = [0, *(np.flatnonzero(paths[1:] != paths[:-1]) + 1).tolist(), len(paths)]
-        for start, stop in pairwise(starts):
-            where = f"{paths[start]} (part of a Ray block)"
-            stats.update(vectors_of(batch.column(column).slice(start, stop - start), where))
+    paths = ["a Ray block"] * len(batch)
+    if "path" in batch.column_names:  # read_parquet(include_paths=True): name the bad file
+        paths = batch.column("path").to_pylist()
+    starts = [i for i in range(len(paths)) if i == 0 or paths[i] != paths[i - 1]]
+    for start, stop in pairwise([*starts, len(paths)]):
+        X = vectors_of(batch.column(column).slice(start, stop - start), paths[start])
+        if stats.n_features is not None and X.shape[1] != stats.n_features:
+            raise DataError(
+                f"{paths[start]}: vectors have {X.shape[1]} values, but those of {paths[0]} "
+                f"have {stats.n_features}"
+            )
+        stats.update(X)
     if stats.count == 0:
         return {"count": np.zeros(0, dtype=np.int64)}
     assert stats.shift is not None and stats.sum is not None and stats.gram is not None
     return {
         "count": np.array([stats.count], dtype=np.int64),
+        "where": np.array([paths[0]]),
         "shift": stats.shift[None],
         "sum": stats.sum[None],
         "gram": stats.gram[None],
@@ -243,18 +248,23 @@ def block_statistics(batch: Any, column: str = "embedding") -> dict[str, np.ndar
 def merge_statistics_rows(rows: Iterable[dict[str, Any]]) -> VectorStatistics:
     """The reduce step: merge the rows :func:`block_statistics` produced into one."""
     total = VectorStatistics()
+    first = ""
     for row in rows:
         if int(row["count"]) == 0:
             continue
+        first = first or str(row.get("where", "a Ray block"))
         part = VectorStatistics(shift=row["shift"])
         part.sum = np.asarray(row["sum"], dtype=np.float64)
         part.gram = np.asarray(row["gram"], dtype=np.float64)
         part.count = int(row["count"])
-        total.merge(part)
+        try:
+            total.merge(part)
+        except DataError as exc:
+            raise DataError(f"{row.get('where', 'a Ray block')} and {first}: {exc}") from None
     return total
 
 
-def _ray_statistics(paths: list[Path], column: str, batch_rows: int) -> VectorStatistics:
+def _ray_statistics(paths: list[Path], column: str) -> VectorStatistics:
     try:
         import ray
     except ImportError:
@@ -265,10 +275,11 @@ def _ray_statistics(paths: list[Path], column: str, batch_rows: int) -> VectorSt
     # Ray may split and schedule the blocks however it likes.
     dataset = ray.data.read_parquet([str(p) for p in paths], include_paths=True)
     dataset = dataset.select_columns([column, "path"])  # read only these (Ray pushes it down)
+    # Whole blocks (batch_size=None): re-batching would cut a file's rows apart, and an error
+    # could then name the wrong file. Blocks are bounded by Ray's target block size.
     blocks = dataset.map_batches(
-        block_statistics, fn_kwargs={"column": column},
-        batch_format="pyarrow", batch_size=batch_rows,
-    )  # fmt: skip
+        block_statistics, fn_kwargs={"column": column}, batch_format="pyarrow", batch_size=None
+    )
     try:
         total = merge_statistics_rows(blocks.iter_rows())
     except Exception as exc:  # a worker's error arrives wrapped in Ray's exception types
