@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from demitasse.cli.arguments import positive_int
+from demitasse.cli.fit_shards import add_shard_options, fit_from_shards, wants_shards
 from demitasse.errors import DataError, DemitasseError
 
 if TYPE_CHECKING:
@@ -59,8 +60,11 @@ def _add_fit_source_options(fit: argparse.ArgumentParser) -> None:
     source.add_argument("--layer", type=positive_int, default=None, help="keep blocks 1..layer")
     source.add_argument("--texts", default=None, help=".txt, .jsonl, .parquet, .csv, .tsv")
     source.add_argument("--text-column", default="text", help="column of --texts tables")
-    source.add_argument("--vectors", default=None, help="vectors-only model: .npy or .parquet")
-    source.add_argument("--column", default="embedding", help="Parquet column of --vectors")
+    source.add_argument("--vectors", default=None, help="vectors: .npy or .parquet, or Parquet "
+                        "shards, a glob ('dir/*.parquet') or a directory")  # fmt: skip
+    source.add_argument("--column", "--vector-column", dest="column", default="embedding",
+                        help="Parquet column of --vectors")  # fmt: skip
+    add_shard_options(source)
 
 
 def _add_fit_supervision_options(fit: argparse.ArgumentParser) -> None:
@@ -132,6 +136,11 @@ def run_fit(args: argparse.Namespace) -> int:
     # Mistakes in the options and the output fail now, not after the encoder loads.
     spec = _compressor_spec(args.method, args.dim)
     check_model_target(args.out)
+    if args.vectors is None and (args.sample is not None or args.engine != "local"):
+        raise DemitasseError("--sample and --engine apply to --vectors")
+    if args.vectors is not None and wants_shards(args):
+        model = fit_from_shards(args, spec, _supervision(args))
+        return _saved(model, args, args.fit_data or Path(str(args.vectors)).name)
     texts_or_vectors: Any
     if args.texts is not None:
         texts_or_vectors = read_texts(args.texts, column=args.text_column)
@@ -154,6 +163,10 @@ def run_fit(args: argparse.Namespace) -> int:
         model.fit(texts_or_vectors, fit_data=fit_data, **supervision)
     else:
         model.fit(vectors=texts_or_vectors, fit_data=fit_data, **supervision)
+    return _saved(model, args, fit_data)
+
+
+def _saved(model: CompressedModel, args: argparse.Namespace, fit_data: str) -> int:
     model.save(args.out)
     info = model.fit_info or {}
     print(

@@ -33,7 +33,9 @@ from demitasse.compress.quantize import (
     register_quantizer,
 )
 from demitasse.compress.random_projection import RandomProjection
+from demitasse.compress.sampling import Reservoir
 from demitasse.compress.smec import SMEC, EmbeddingMemory
+from demitasse.compress.statistics import VectorStatistics
 from demitasse.compress.truncate import Truncate
 
 __all__ = [
@@ -52,7 +54,9 @@ __all__ = [
     "Pooler",
     "Quantizer",
     "RandomProjection",
+    "Reservoir",
     "Truncate",
+    "VectorStatistics",
     "compressor_names",
     "load_compressor",
     "load_quantizer",

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from demitasse.arrays import iter_row_chunks
+from demitasse.arrays import iter_row_chunks, non_finite_array
 from demitasse.compress.base import AffineMap, Compressor, register_compressor
 from demitasse.compress.params import Integers
+from demitasse.compress.statistics import VectorStatistics
 from demitasse.errors import CompressorError, DataError
 
 # Whitening divides by sqrt(eigenvalue); eigenvalues below this fraction of the largest are
@@ -46,22 +47,57 @@ class PCA(Compressor):
         return n_features - int(self.abtt)
 
     def _fit(self, X: np.ndarray, **supervision: Any) -> None:
-        n, d = X.shape
-        shift: np.ndarray | None = None
-        gram = np.zeros((d, d))
-        total = np.zeros(d)
+        # Centring about the first chunk's mean avoids cancellation in X'X - n·mu·mu' when the
+        # embeddings share a large common offset (they usually do); see VectorStatistics.
+        statistics = VectorStatistics()
         for _, chunk in iter_row_chunks(X, self.fit_chunk_rows, np.float64):
-            if shift is None:
-                # Centring on a rough mean first avoids cancellation in X'X - n·mu·mu'
-                # when the embeddings share a large common offset (they usually do).
-                shift = chunk.mean(axis=0)
-            chunk = chunk - shift  # never in place: the chunk may be a view of the caller's X
-            gram += chunk.T @ chunk
-            total += chunk.sum(axis=0)
-        assert shift is not None  # fit() guarantees at least 2 rows
-        offset = total / n
-        cov = (gram - n * np.outer(offset, offset)) / (n - 1)
-        eigenvalues, eigenvectors = np.linalg.eigh(cov)
+            statistics.update(chunk)
+        self._fit_moments(statistics)
+
+    def fit_from_statistics(
+        self, statistics: VectorStatistics, *, fit_data: str | None = None
+    ) -> Self:
+        """Fit from the count, sum and ``XᵀX`` of the vectors instead of the vectors.
+
+        Gives the compressor ``fit(X)`` gives (components equal up to float64 rounding, so
+        also for ``whiten`` and ``abtt``) when ``statistics`` were gathered from the rows of
+        ``X``, in any number of shards merged in any order: fit PCA on more vectors than fit
+        in memory, or on shards that never meet in one process.
+        """
+        if not isinstance(statistics, VectorStatistics):
+            raise CompressorError(
+                f"fit_from_statistics takes VectorStatistics, not {type(statistics).__name__}"
+            )
+        self._check_params()
+        if fit_data is not None and not isinstance(fit_data, str):
+            raise CompressorError(f"fit_data must be a string description, got {fit_data!r}")
+        if statistics.count < 2:
+            raise CompressorError(
+                f"{self.method} needs at least 2 rows to fit, got n_samples={statistics.count}"
+            )
+        self._forget_fit()
+        assert statistics.n_features is not None
+        self.n_features_in_ = statistics.n_features
+        self.output_dim_ = self._initial_output_dim(statistics.n_features)
+        self._fit_moments(statistics)
+        bad = non_finite_array(self._state())
+        if bad is not None:
+            self._forget_fit()
+            raise CompressorError(
+                f"fitting this {self.method} compressor from statistics gave NaN or inf in "
+                f"{bad}; the vectors may be extreme (their squares overflow float64)"
+            )
+        self.fit_data_ = fit_data
+        self.n_fit_samples_ = int(statistics.count)
+        return self
+
+    def _forget_fit(self) -> None:
+        # A failed refit must not leave a half-old, half-new model (as Compressor.fit does).
+        for name in [k for k in self.__dict__ if k.endswith("_") and not k.startswith("_")]:
+            del self.__dict__[name]
+
+    def _fit_moments(self, statistics: VectorStatistics) -> None:
+        eigenvalues, eigenvectors = np.linalg.eigh(statistics.covariance())
         order = np.argsort(eigenvalues)[::-1]
         eigenvalues = np.clip(eigenvalues[order], 0.0, None)
         total_variance = float(eigenvalues.sum())
@@ -73,7 +109,7 @@ class PCA(Compressor):
         biggest = np.argmax(np.abs(components), axis=1)
         components *= np.sign(components[np.arange(len(kept)), biggest])[:, None]
 
-        self.mean_ = shift + offset
+        self.mean_ = statistics.mean
         self.components_ = components
         self.explained_variance_ = eigenvalues[self.abtt : self.abtt + self.output_dim_]
         self.total_variance_ = total_variance
