@@ -112,9 +112,7 @@ class CompressedModel:
         rescore_precision: str | None = None,
         backend: str | None = None,
     ) -> None:
-        if backend is None:  # torch, or what an encoder object given here runs on
-            backend = str(getattr(encoder, "backend", "torch"))
-        self._backend = check_backend(backend)
+        self._backend = _initial_backend(encoder, backend)
         self.rescore_factor, self.rescore_precision = _rescoring_settings(
             rescore_factor, rescore_precision
         )
@@ -132,9 +130,6 @@ class CompressedModel:
             raise CompressorError("compressor_params apply only to a compressor given by name")
         if encoder is None and layer is not None:
             raise DemitasseError("a layer cut needs an encoder; a vectors-only model has none")
-        if encoder is None and backend != "torch":
-            raise DemitasseError(f"the {backend} backend needs an encoder; a vectors-only "
-                                 "model has none")  # fmt: skip
         if quantizer_params and precision == "float32":
             raise CompressorError("quantizer_params need a precision of int8 or binary")
         # Built now so that a bad option fails here, not after the slow encoding in fit.
@@ -779,6 +774,18 @@ def _load_rescoring(model: CompressedModel, path: Path, config: dict[str, Any]) 
             f"{path}: {RESCORE_DIR}/ must hold int8 ranges of the encoder's {model._input_dim} dims"
         )
     model.rescore_quantizer = quantizer
+
+
+def _initial_backend(encoder: Any, backend: str | None) -> str:
+    """``backend``, checked; by default torch, or what an encoder object given runs on."""
+    if backend is None:
+        backend = str(getattr(encoder, "backend", "torch"))
+    check_backend(backend)
+    if encoder is None and backend != "torch":
+        raise DemitasseError(
+            f"the {backend} backend needs an encoder; a vectors-only model has none"
+        )
+    return backend
 
 
 def _rescoring_settings(factor: Any, precision: Any) -> tuple[float | None, str | None]:

@@ -85,9 +85,7 @@ class TransformerEncoder:
     ) -> None:
         from sentence_transformers import SentenceTransformer
 
-        check_backend(backend)
-        if backend != "torch" and device not in (None, "cpu"):
-            raise DemitasseError(f"the {backend} backend runs on the CPU, not on {device}")
+        device = _device_of(backend, device)
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # one bar per weight file is noise, not progress
@@ -95,22 +93,13 @@ class TransformerEncoder:
         self.name = resolved.name
         self.path = resolved.path
         self.source = resolved.source
-        if backend != "torch":
-            device = "cpu"
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         try:
             model = SentenceTransformer(str(resolved.path), device=self.device)
         except Exception as exc:
             raise DemitasseError(f"cannot load model from {resolved.path}: {exc}") from None
         self.sentence_transformer = model
-        modules = list(model)
-        foreign = [type(m).__name__ for m in modules if type(m).__name__ == "CompressorModule"]
-        if foreign:
-            raise DemitasseError(
-                f"{resolved.path} is a demitasse export with a learned compressor; load it with "
-                "SentenceTransformer(path, trust_remote_code=True), or give demitasse the model "
-                "directory it was exported from"
-            )
+        modules = _checked_modules(model, resolved.path)
         # sentence-transformers' and transformers' classes: attributes torch cannot type.
         transformer: Any = modules[0]
         self._transformer = transformer
@@ -317,6 +306,28 @@ class TransformerEncoder:
             self._sessions[key] = OnnxSession(graph_path(self, self.backend, layers))
         session = self._sessions[key]
         return lambda batch, _layers: session.run(self.tokenize(batch))
+
+
+def _checked_modules(model: Any, path: Path) -> list[Any]:
+    """The pipeline's modules; a demitasse export with a learned compressor is refused."""
+    modules = list(model)
+    if any(type(m).__name__ == "CompressorModule" for m in modules):
+        raise DemitasseError(
+            f"{path} is a demitasse export with a learned compressor; load it with "
+            "SentenceTransformer(path, trust_remote_code=True), or give demitasse the model "
+            "directory it was exported from"
+        )
+    return modules
+
+
+def _device_of(backend: str, device: str | None) -> str | None:
+    """The device asked for, checked against the backend (ONNX Runtime runs on the CPU)."""
+    check_backend(backend)
+    if backend == "torch":
+        return device
+    if device not in (None, "cpu"):
+        raise DemitasseError(f"the {backend} backend runs on the CPU, not on {device}")
+    return "cpu"
 
 
 class _SentenceEmbeddingModules(torch.nn.Module):

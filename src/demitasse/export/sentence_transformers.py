@@ -299,15 +299,6 @@ def _readme(info: dict[str, Any]) -> str:
         if info["normalize"]
         else " (`encode(texts, truncate_dim=k)`)"
     )
-    onnx = (
-        "## ONNX Runtime\n\n`onnx/model.onnx` is the transformer as exported (ONNX, float32) "
-        "and `onnx/" + ONNX_INT8_FILE + "` its int8 version (dynamic quantisation, int8 weights "
-        "per channel); sentence-transformers runs them with Optimum installed "
-        "(`pip install sentence-transformers[onnx]`):\n\n```python\n"
-        'model = SentenceTransformer("path/to/this/folder", backend="onnx")\n'
-        'int8 = SentenceTransformer("path/to/this/folder", backend="onnx", '
-        'model_kwargs={"file_name": "onnx/' + ONNX_INT8_FILE + '"})\n```'
-    )
     matryoshka = (
         f"## Dimensions\n\nThe output has {info['dim']} dimensions. Widths a server may serve "
         f"by keeping the first k of them{renorm}: {span}, listed as `matryoshka_dims` in "
@@ -322,10 +313,23 @@ def _readme(info: dict[str, Any]) -> str:
             f"in `{EXPORT_INFO}`.",
             "## Loading",
             load,
-            onnx,
+            _onnx_readme(),
             matryoshka,
             *_quantization_readme(info["quantization"]),
         ]
+    )
+
+
+def _onnx_readme() -> str:
+    """How sentence-transformers runs the export's ONNX files."""
+    return (
+        "## ONNX Runtime\n\n`onnx/model.onnx` is the transformer as exported (ONNX, float32) "
+        "and `onnx/" + ONNX_INT8_FILE + "` its int8 version (dynamic quantisation, int8 weights "
+        "per channel); sentence-transformers runs them with Optimum installed "
+        "(`pip install sentence-transformers[onnx]`):\n\n```python\n"
+        'model = SentenceTransformer("path/to/this/folder", backend="onnx")\n'
+        'int8 = SentenceTransformer("path/to/this/folder", backend="onnx", '
+        'model_kwargs={"file_name": "onnx/' + ONNX_INT8_FILE + '"})\n```'
     )
 
 
