@@ -550,7 +550,8 @@ CONFIG_KEYS = {
              "params.percentile", "input_dim", "n_fit_samples", "learned"],
     "model": ["kind", "format_version", "demitasse_version", "encoder", "layer", "input_dim",
               "compressor", "method", "precision", "quantizer", "normalize", "batch_size",
-              "output_dim", "matryoshka", "precisions", "fit", "fit.source", "fit.n_samples"],
+              "backend", "output_dim", "matryoshka", "precisions", "fit", "fit.source",
+              "fit.n_samples"],
     "static": ["method", "version", "demitasse_version", "name", "dim", "vocabulary_size",
                "normalize", "metadata"],
 }

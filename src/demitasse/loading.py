@@ -12,6 +12,7 @@ from typing import Any
 from demitasse.encoders.base import Encoder
 from demitasse.encoders.resolve import DEFAULT_MODEL
 from demitasse.encoders.transformer import load_transformer
+from demitasse.errors import DemitasseError
 from demitasse.static.model import StaticModel, is_static_model_dir
 
 
@@ -19,8 +20,15 @@ def load_encoder(name_or_path: str | Path = DEFAULT_MODEL, **kwargs: Any) -> Enc
     """Load a sentence encoder by local path, packaged model name or hub id.
 
     A directory saved by :meth:`demitasse.static.StaticModel.save` loads as that static model
-    (transformer options such as ``cache`` do not apply to it and are ignored).
+    (transformer options such as ``cache`` do not apply to it and are ignored; a ``backend``
+    other than torch is refused).
     """
     if is_static_model_dir(Path(name_or_path).expanduser()):
+        backend = kwargs.get("backend", "torch")
+        if backend != "torch":
+            raise DemitasseError(
+                f"{name_or_path} is a static model: the {backend} backend applies to "
+                "transformer encoders only (a static model needs none)"
+            )
         return StaticModel.load(Path(name_or_path).expanduser())
     return load_transformer(name_or_path, **kwargs)

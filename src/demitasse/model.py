@@ -45,6 +45,7 @@ from demitasse.compress import (
     make_quantizer,
 )
 from demitasse.data import check_texts
+from demitasse.encoders.backends import check_backend
 from demitasse.encoders.base import Encoder
 from demitasse.errors import CompressorError, DataError, DemitasseError
 from demitasse.io import MARKER, atomic_directory, check_directory_target
@@ -88,6 +89,10 @@ class CompressedModel:
             with the encoder's full output (``None``: the codes' ranking is final).
         rescore_precision: how the documents' full encoder output is kept for rescoring:
             ``"int8"`` (ranges fitted at fit time; the default with a factor) or ``"float32"``.
+        backend: what runs a transformer encoder: ``"torch"``, ``"onnx"`` (ONNX Runtime,
+            float32) or ``"onnx-int8"`` (int8 weights); the compressor and quantiser after it
+            are the same. Default: torch, or the backend of an encoder object given.
+            Settable (``model.backend = "onnx-int8"``); saved with the model.
     """
 
     def __init__(
@@ -105,7 +110,9 @@ class CompressedModel:
         quantizer_params: dict[str, Any] | None = None,
         rescore_factor: float | None = None,
         rescore_precision: str | None = None,
+        backend: str | None = None,
     ) -> None:
+        self._backend = _initial_backend(encoder, backend)
         self.rescore_factor, self.rescore_precision = _rescoring_settings(
             rescore_factor, rescore_precision
         )
@@ -166,6 +173,25 @@ class CompressedModel:
             self._load_encoder()
         assert self._encoder is not None
         return self._encoder
+
+    @property
+    def backend(self) -> str:
+        """What runs the transformer encoder: ``"torch"``, ``"onnx"`` or ``"onnx-int8"``."""
+        return self._backend
+
+    @backend.setter
+    def backend(self, backend: str) -> None:
+        check_backend(backend)
+        if backend != "torch" and not self.has_encoder:
+            raise DemitasseError(f"the {backend} backend needs an encoder; this is a "
+                                 "vectors-only model")  # fmt: skip
+        if self._encoder is not None and backend != self._backend:
+            if not hasattr(self._encoder, "backend"):
+                raise DemitasseError(
+                    f"the {backend} backend applies to transformer encoders; {self.name} is not one"
+                )
+            self._encoder.backend = backend  # type: ignore[attr-defined]
+        self._backend = backend
 
     @property
     def encoder_source(self) -> str | None:
@@ -241,6 +267,8 @@ class CompressedModel:
             parts.append(f"compressor={self.compressor!r}")
         if self.precision != "float32":
             parts.append(f"precision={self.precision!r}")
+        if self.backend != "torch":
+            parts.append(f"backend={self.backend!r}")
         if self.rescore_factor is not None:
             parts.append(f"rescore_factor={self.rescore_factor:g}")
             parts.append(f"rescore_precision={self.rescore_precision!r}")
@@ -533,6 +561,11 @@ class CompressedModel:
                 f"layer {self.layer} does not exist: {encoder.name} has layers "
                 f"1..{encoder.num_layers}"
             )
+        if getattr(encoder, "backend", "torch") != self._backend:
+            if not hasattr(encoder, "backend"):
+                raise DemitasseError(f"the {self._backend} backend applies to transformer "
+                                     f"encoders; {encoder.name} is not one")  # fmt: skip
+            encoder.backend = self._backend  # type: ignore[attr-defined]
         self._encoder = encoder
         self._input_dim = int(encoder.dim)
         path = getattr(encoder, "path", None)
@@ -550,7 +583,7 @@ class CompressedModel:
 
         assert self._encoder_ref is not None
         saved = dict(self._encoder_ref)
-        encoder = load_encoder(saved["source"], cache=self.cache)
+        encoder = load_encoder(saved["source"], cache=self.cache, backend=self._backend)
         self._attach(encoder, {"source": saved["source"]})
         now = self._encoder_ref
         for key in ("fingerprint", "dim", "num_layers"):
@@ -634,6 +667,7 @@ class CompressedModel:
             "quantizer": None if self.quantizer is None else QUANTIZER_DIR,
             "normalize": self.normalize,
             "batch_size": self.batch_size,
+            "backend": self.backend,
             "output_dim": self.output_dim,
             "matryoshka": self._matryoshka,
             "precisions": self.precisions,
@@ -664,10 +698,20 @@ class CompressedModel:
         return path
 
     @classmethod
-    def load(cls, path: str | Path, *, cache: bool = True) -> CompressedModel:
-        """Read a model directory (or a bare saved compressor, as a vectors-only model)."""
+    def load(
+        cls, path: str | Path, *, cache: bool = True, backend: str | None = None
+    ) -> CompressedModel:
+        """Read a model directory (or a bare saved compressor, as a vectors-only model);
+        ``backend`` replaces the saved one (models saved before backends existed: torch)."""
         path = Path(path)
         config = _read_config(path)
+        model = cls._from_config(path, config, cache)
+        if backend is not None:
+            model.backend = backend
+        return model
+
+    @classmethod
+    def _from_config(cls, path: Path, config: dict[str, Any], cache: bool) -> CompressedModel:
         if config.get("kind", "compressor") == "compressor":
             compressor = load_compressor(path)
             model = cls(None, compressor=compressor, cache=cache)
@@ -732,6 +776,10 @@ def _model_from_config(
     )
     model.layer = layer
     model._encoder_ref = dict(encoder) if encoder is not None else None
+    try:  # saved before backends existed: torch
+        model.backend = config.get("backend") or "torch"
+    except DemitasseError as exc:
+        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: {exc}") from None
     model._input_dim = field("input_dim", int)
     if compressor is not None and compressor.n_features_in_ != model._input_dim:
         raise CompressorError(f"{path}: compressor/ takes {compressor.n_features_in_} dims, "
@@ -777,6 +825,18 @@ def _load_rescoring(model: CompressedModel, path: Path, config: dict[str, Any]) 
             f"{path}: {RESCORE_DIR}/ must hold int8 ranges of the encoder's {model._input_dim} dims"
         )
     model.rescore_quantizer = quantizer
+
+
+def _initial_backend(encoder: Any, backend: str | None) -> str:
+    """``backend``, checked; by default torch, or what an encoder object given runs on."""
+    if backend is None:
+        backend = str(getattr(encoder, "backend", "torch"))
+    check_backend(backend)
+    if encoder is None and backend != "torch":
+        raise DemitasseError(
+            f"the {backend} backend needs an encoder; a vectors-only model has none"
+        )
+    return backend
 
 
 def _rescoring_settings(factor: Any, precision: Any) -> tuple[float | None, str | None]:

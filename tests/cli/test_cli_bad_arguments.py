@@ -17,6 +17,7 @@ import pytest
 
 from demitasse.cli import main
 from demitasse.cli.arguments import (
+    backend_name,
     non_negative_float,
     non_negative_int,
     positive_float,
@@ -308,6 +309,11 @@ ROWS: list[tuple[str, list[str], str]] = [
         ],
         "not available",
     ),
+    (
+        "fit",
+        ["--vectors", "{vectors}", "--method", "pca", "--backend", "onnx", "--out", "{new}/m"],
+        "the onnx backend needs an encoder",
+    ),
     # export
     ("export", [], "required"),
     ("export", ["{tiny}"], "--out"),
@@ -364,6 +370,11 @@ ROWS: list[tuple[str, list[str], str]] = [
         ["--corpus", "{texts}", "--max-bytes", "8", "--methods", "smec", "--out", "{new}/m"],
         "unknown tune method 'smec'",
     ),
+    (
+        "tune",
+        ["--corpus", "{texts}", "--max-bytes", "8", "--backends", "onnx,trt", "--out", "{new}/m"],
+        "unknown backend 'trt'",
+    ),
     ("tune", ["--corpus", "{texts}", "--max-bytes", "8", "--out", "{victim}"], "refusing"),
     ("tune", ["--corpus", "{texts}", "--max-bytes", "8", "--out", "{notes}"], "refusing"),
     (
@@ -402,6 +413,7 @@ NUMBER_TYPES = {
     non_negative_int: ["-1", "1.5", "1e3", "abc"],
     positive_float: ["0", "-1e-9", "nan", "inf", "1e999", "abc"],
     non_negative_float: ["-1", "nan", "-inf", "abc"],
+    backend_name: ["tensorrt", "ONNX", "onnx-fp16", ""],
 }
 
 

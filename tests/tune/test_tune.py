@@ -32,7 +32,7 @@ from demitasse.tune import (
     tune,
 )
 from demitasse.tune.scoring import TOP_K, Scorer
-from demitasse.tune.space import EncoderLayers, halving_dims, parse_methods
+from demitasse.tune.space import EncoderLayers, halving_dims, parse_backends, parse_methods
 from demitasse.tune.store import STORE_FILE, ResultsStore
 from tests.helpers import WORDS, build_tiny_model
 
@@ -536,6 +536,42 @@ def test_a_static_model_and_exit_head_layers_join_the_sweep(
     assert seen == {("heads", 1), ("heads", 2), ("words", 1)}
     assert {(r.model, r.layer) for r in result.speeds} == seen
     assert result.written.scores == pytest.approx(result.chosen.scores, abs=1e-9)
+
+
+def test_the_int8_backend_is_one_more_encoder_of_the_sweep(
+    tiny_model: Path, beir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DEMITASSE_CACHE", str(tmp_path / "cache"))  # the ONNX graphs
+    local = tmp_path / "model"
+    shutil.copytree(tiny_model, local)
+    result = tune(
+        str(local),
+        load_tune_data(beir=beir),
+        Target(min_retention=0.5),
+        out=tmp_path / "m",
+        settings=_settings(tmp_path / "work"),
+        space=SweepSpace(methods=("none", "pca"), backends=parse_backends("onnx-int8")),
+    )
+    encoders = {o.config.encoder for o in result.outcomes}
+    assert encoders == {"model", "model+onnx-int8"}
+    assert {r.model for r in result.speeds} == encoders
+    # The int8 encoder's vectors are its own: they score differently from torch's.
+    full = {o.config.encoder: o.quality for o in result.outcomes
+            if o.config.method == "none" and o.config.precision == "float32"}  # fmt: skip
+    assert full["model"] != full["model+onnx-int8"]
+    model = CompressedModel.load(tmp_path / "m")
+    chosen = result.chosen.config.encoder
+    assert model.backend == ("onnx-int8" if chosen.endswith("+onnx-int8") else "torch")
+    assert result.written.scores == pytest.approx(result.chosen.scores, abs=1e-9)
+
+
+def test_backends_always_include_torch_and_unknown_ones_are_refused() -> None:
+    assert parse_backends("onnx-int8") == ("torch", "onnx-int8")
+    assert parse_backends("torch") == ("torch",)
+    with pytest.raises(DataError, match="unknown backend 'trt'"):
+        parse_backends("onnx,trt")
+    with pytest.raises(DataError, match="must include torch"):
+        SweepSpace(backends=("onnx",))
 
 
 def test_the_adaptor_is_swept_within_the_time_budget_only(

@@ -46,3 +46,33 @@ positive_int = _integer(1)
 non_negative_int = _integer(0)
 positive_float = _number(0.0, inclusive=False)
 non_negative_float = _number(0.0, inclusive=True)
+
+
+#: As :data:`demitasse.encoders.backends.BACKENDS` (not imported: it would load torch before
+#: argparse has checked anything; a test keeps the two equal).
+BACKENDS = ("torch", "onnx", "onnx-int8")
+
+
+def backend_name(text: str) -> str:
+    """``--backend``'s value, checked: a bad name is a one-line usage error (exit code 2)."""
+    if text not in BACKENDS:
+        raise argparse.ArgumentTypeError(f"unknown backend {text!r}; choose one of "
+                                         f"{', '.join(BACKENDS)}")  # fmt: skip
+    return text
+
+
+backend_name.__name__ = "backend"
+
+
+def add_backend_argument(parser: argparse.ArgumentParser, *, saved: bool = True) -> None:
+    """``--backend torch|onnx|onnx-int8`` for a command that encodes texts with a transformer.
+    ``saved``: the command also takes a model directory, whose saved backend is the default."""
+    default = "the model directory's, else torch" if saved else "torch"
+    parser.add_argument(
+        "--backend",
+        type=backend_name,
+        default=None,
+        metavar="{" + ",".join(BACKENDS) + "}",
+        help=f"what runs the transformer: torch, ONNX Runtime float32 (onnx) or with int8 "
+        f"weights (onnx-int8); ONNX graphs are exported once and cached (default: {default})",
+    )

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from demitasse.cli.arguments import (
+    add_backend_argument,
     non_negative_float,
     non_negative_int,
     positive_float,
@@ -114,6 +115,7 @@ def _add_eval_parser(commands: Any) -> None:
         help="shorten each data set to N items (quick runs)",
     )
     _add_retrieval_options(evaluate)
+    add_backend_argument(evaluate)
     _common(evaluate)
 
 
@@ -542,6 +544,7 @@ def _evaluate_and_report(
     limit: int | None,
     batch_size: int,
     search: SearchOptions | None = None,
+    backend: str | None = None,
 ) -> Path:
     from demitasse.cli.specs import parse_compressor_specs, parse_int_list, parse_precisions
     from demitasse.data import STSB_FIT_DATA
@@ -560,7 +563,8 @@ def _evaluate_and_report(
     task_list = _sweep_tasks(task_names, data_dir, datasets, limit, precision_list, search)
     fit_texts = _fit_texts(fit_data, data_dir)
     fit_name = STSB_FIT_DATA if fit_data == STSB_TRAIN else Path(fit_data).name
-    encoder = load_encoder(model or DEFAULT_MODEL)
+    backend = backend or "torch"
+    encoder = load_encoder(model or DEFAULT_MODEL, backend=backend)
     chosen_layers = list(range(1, encoder.num_layers + 1)) if layer_list is None else layer_list
     started = time.perf_counter()
     records = evaluate_grid(
@@ -579,10 +583,18 @@ def _evaluate_and_report(
     if "efficiency" in task_names:
         records += _speed_records(
             model or DEFAULT_MODEL, chosen_layers or [encoder.num_layers], specs, dim_list,
-            fit_texts, fit_name, batch_size,
+            fit_texts, fit_name, batch_size, backend,
         )  # fmt: skip
+    _tag_backend(records, backend)
     _write_results(records, out, encoder.name, started)
     return out
+
+
+def _tag_backend(records: list[ResultRecord], backend: str) -> None:
+    """Records of an ONNX backend say so (torch's stay as they always were)."""
+    if backend != "torch":
+        for record in records:
+            record.extra = {**(record.extra or {}), "backend": backend}
 
 
 def _sweep_tasks(
@@ -661,7 +673,7 @@ def _evaluate_model_dir(args: argparse.Namespace, search: SearchOptions) -> None
         raise DemitasseError("--tasks efficiency takes an encoder name, not a model directory")
     out = Path(args.out or "demitasse-results")
     _check_results_target(out)
-    model = CompressedModel.load(args.model)
+    model = CompressedModel.load(args.model, backend=args.backend)
     apply_to_model(search, model, args.model)
     dims = parse_int_list(args.dims, "--dims") if args.dims else None
     precisions = parse_precisions(args.precision) if args.precision else None
@@ -678,6 +690,7 @@ def _evaluate_model_dir(args: argparse.Namespace, search: SearchOptions) -> None
     records = evaluate_model(
         model, tasks, dims=dims, precisions=precisions, extra={"model_dir": args.model}
     )
+    _tag_backend(records, model.backend)
     _write_results(records, out, model.name, started)
 
 
@@ -689,6 +702,7 @@ def _speed_records(
     fit_texts: list[str],
     fit_name: str,
     batch_size: int,
+    backend: str,
 ) -> list[ResultRecord]:
     """Encode throughput per layer cut and transform throughput per compressor and dim."""
     from demitasse.evaluation.efficiency import (
@@ -697,7 +711,7 @@ def _speed_records(
     )
     from demitasse.loading import load_encoder
 
-    encoder = load_encoder(model, cache=False)  # timings must not read the cache
+    encoder = load_encoder(model, cache=False, backend=backend)  # timings: no cache
     sample = fit_texts[:ENCODE_SPEED_TEXTS]
     records = measure_encode_throughput(encoder, sample, layers, batch_size=batch_size)
     vectors = encoder.encode_layers(sample, layers, batch_size=batch_size)
@@ -736,6 +750,7 @@ def _run_eval(args: argparse.Namespace) -> int:
         limit=args.limit,
         batch_size=args.batch_size,
         search=search,
+        backend=args.backend,
     )
     return 0
 

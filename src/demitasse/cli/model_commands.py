@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from demitasse.cli.arguments import positive_int
+from demitasse.cli.arguments import add_backend_argument, positive_int
 from demitasse.cli.fit_shards import add_shard_options, fit_from_shards, wants_shards
 from demitasse.errors import DataError, DemitasseError
 
@@ -44,6 +44,7 @@ def _add_fit_parser(commands: Any) -> None:
                      help="quantiser to calibrate (float32 and binary need none)")  # fmt: skip
     fit.add_argument("--normalize", action="store_true", help="L2-normalise float outputs")
     fit.add_argument("--batch-size", type=positive_int, default=64)
+    add_backend_argument(fit, saved=False)
     _add_fit_supervision_options(fit)
     fit.add_argument("--fit-data", default=None, help="name recorded for the fit data")
     fit.add_argument("--out", required=True, help="model directory to write")
@@ -85,6 +86,7 @@ def _add_encode_parser(commands: Any) -> None:
     encode.add_argument("--text-column", default="text")
     _output_options(encode)
     encode.add_argument("--batch-size", type=positive_int, default=None)
+    add_backend_argument(encode)
 
 
 def _add_transform_parser(commands: Any) -> None:
@@ -154,7 +156,7 @@ def run_fit(args: argparse.Namespace) -> int:
     encoder = args.model if args.vectors is not None else (args.model or DEFAULT_MODEL)
     model = CompressedModel(
         encoder, layer=args.layer, precision=args.precision, normalize=args.normalize,
-        batch_size=args.batch_size,
+        batch_size=args.batch_size, backend=args.backend,
     )  # fmt: skip
     width = texts_or_vectors.shape[1] if args.vectors is not None else model.input_dim
     model.compressor = None if spec is None else spec.build(width, args.dim)
@@ -243,7 +245,7 @@ def run_encode(args: argparse.Namespace) -> int:
     from demitasse.model import CompressedModel
 
     check_embeddings_target(args.output)  # a refused output name must not cost an encoding run
-    model = CompressedModel.load(args.model, cache=False)
+    model = CompressedModel.load(args.model, cache=False, backend=args.backend)
     model.bytes_per_vector(args.dim, args.precision)  # bad dim / precision: fail before work
     texts = read_texts(args.input, column=args.text_column, aligned=True)
     if args.batch_size is not None:
@@ -276,6 +278,7 @@ def _write(model: CompressedModel, codes: Any, args: argparse.Namespace) -> int:
         "method": model.method,
         "dim": args.dim or model.output_dim,
         "precision": args.precision,
+        "backend": model.backend,
         "fit": model.fit_info,
     }
     save_embeddings(args.output, codes, metadata={"demitasse": json.dumps(provenance)})

@@ -9,7 +9,12 @@ import os
 import sys
 from typing import Any
 
-from demitasse.cli.arguments import non_negative_float, non_negative_int, positive_int
+from demitasse.cli.arguments import (
+    add_backend_argument,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+)
 from demitasse.errors import DemitasseError
 
 API_KEY_VARIABLE = "DEMITASSE_API_KEY"
@@ -58,8 +63,9 @@ def add_serve_parser(commands: Any) -> None:  # argparse's subparsers action
         "--threads",
         type=positive_int,
         default=None,
-        help="torch threads of the encoder (default: the usable cores)",
+        help="threads of the encoder, torch's or ONNX Runtime's (default: the usable cores)",
     )
+    add_backend_argument(serve)
     serve.add_argument("--quiet", action="store_true", help="no log line per request")
 
 
@@ -81,7 +87,7 @@ def run_serve(args: argparse.Namespace) -> int:
         ) from None
     api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
     sock = bind(args.host, args.port)  # a taken port fails now, not after the model loads
-    model = load_served_model(args.model)
+    model = load_served_model(args.model, backend=args.backend)
     set_threads(model, args.threads or len(os.sched_getaffinity(0)))
     settings = ServeSettings(
         name=args.name or default_name(args.model),

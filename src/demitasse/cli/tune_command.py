@@ -86,14 +86,22 @@ def _add_run_options(tune: argparse.ArgumentParser) -> None:
         help="seconds; the adaptor (trained last) is tried only within it",
     )
     tune.add_argument("--batch-size", type=positive_int, default=64)
+    tune.add_argument(
+        "--backends",
+        default="torch",
+        help="what runs the transformer, swept as one more axis: torch (default), or e.g. "
+        "torch,onnx-int8 (the int8 encoder is crossed with every configuration: twice the work)",
+    )
 
 
 def run_tune(args: argparse.Namespace) -> int:
     from demitasse.tune import SweepSettings, SweepSpace, Target, load_tune_data, parse_methods
     from demitasse.tune import tune as run
+    from demitasse.tune.space import parse_backends
 
     target = Target(args.min_retention, args.max_bytes, args.min_speed)
     methods = parse_methods(args.methods)
+    backends = parse_backends(args.backends)
     out = Path(args.out)
     work = Path(args.work_dir) if args.work_dir else out.with_name(out.name + "-tune")
     data = load_tune_data(
@@ -112,7 +120,7 @@ def run_tune(args: argparse.Namespace) -> int:
         time_budget=args.time_budget,
         progress=sys.stderr.isatty() or bool(os.environ.get("DEMITASSE_PROGRESS")),
     )
-    space = SweepSpace(methods=methods, search=data.kind != "pairs")
+    space = SweepSpace(methods=methods, search=data.kind != "pairs", backends=backends)
     try:
         result = run(
             args.model, data, target, out=out, settings=settings, static=args.static, space=space

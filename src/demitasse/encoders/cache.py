@@ -23,6 +23,8 @@ from safetensors.numpy import load_file, save_file
 from demitasse.io import atomic_path
 
 HASH_BYTES = 16
+#: The folder beside a local model that holds the ONNX graphs exported from it.
+ONNX_CACHE_DIR = ".demitasse-onnx"
 logger = logging.getLogger(__name__)
 
 
@@ -33,7 +35,9 @@ def text_hash(text: str) -> bytes:
 def fingerprint_directory(path: Path) -> str:
     """A cheap identity for a model directory: small files whole, large files by size and ends."""
     digest = hashlib.sha256()
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+    files = (p for p in path.rglob("*") if p.is_file())
+    # The ONNX graphs demitasse caches beside a model are derived from it, not part of it.
+    for file in sorted(p for p in files if p.relative_to(path).parts[0] != ONNX_CACHE_DIR):
         digest.update(str(file.relative_to(path)).encode())
         size = file.stat().st_size
         digest.update(size.to_bytes(8, "little"))

@@ -10,10 +10,12 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F  # noqa: N812
 from tqdm.auto import tqdm
 from transformers import BatchEncoding
 
 from demitasse.data import check_texts
+from demitasse.encoders.backends import OnnxSession, check_backend, check_installed, graph_path
 from demitasse.encoders.cache import EmbeddingCache, fingerprint_directory
 from demitasse.encoders.exit_heads import load_exit_heads
 from demitasse.encoders.resolve import DEFAULT_MODEL, cache_root, resolve_model
@@ -63,7 +65,9 @@ class TransformerEncoder:
     """A transformer sentence encoder that exposes every layer's pooled embedding.
 
     One forward pass yields all layers; a request for layers up to ``k`` runs only the first
-    ``k`` blocks, so a layer cut costs what it would cost deployed.
+    ``k`` blocks, so a layer cut costs what it would cost deployed. ``backend`` runs that
+    forward pass in torch, or in ONNX Runtime in float32 (``"onnx"``) or with int8 weights
+    (``"onnx-int8"``); see :mod:`demitasse.encoders.backends`.
     """
 
     def __init__(
@@ -77,28 +81,25 @@ class TransformerEncoder:
         cache: bool = True,
         cache_dir: str | Path | None = None,
         show_progress: bool | None = None,
+        backend: str = "torch",
     ) -> None:
         from sentence_transformers import SentenceTransformer
+
+        device = _device_of(backend, device)
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # one bar per weight file is noise, not progress
         resolved = resolve_model(name_or_path)
         self.name = resolved.name
         self.path = resolved.path
+        self.source = resolved.source
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         try:
             model = SentenceTransformer(str(resolved.path), device=self.device)
         except Exception as exc:
             raise DemitasseError(f"cannot load model from {resolved.path}: {exc}") from None
         self.sentence_transformer = model
-        modules = list(model)
-        foreign = [type(m).__name__ for m in modules if type(m).__name__ == "CompressorModule"]
-        if foreign:
-            raise DemitasseError(
-                f"{resolved.path} is a demitasse export with a learned compressor; load it with "
-                "SentenceTransformer(path, trust_remote_code=True), or give demitasse the model "
-                "directory it was exported from"
-            )
+        modules = _checked_modules(model, resolved.path)
         # sentence-transformers' and transformers' classes: attributes torch cannot type.
         transformer: Any = modules[0]
         self._transformer = transformer
@@ -123,7 +124,24 @@ class TransformerEncoder:
         # once now or a cut-first caller would lose the deeper layers for good.
         with torch.inference_mode():
             self.model(**self.tokenize(["warm up"]), output_hidden_states=True)
-        self._cache = self._open_cache(resolved.path, cache_dir) if cache else None
+        self._cache_settings = (cache, cache_dir)
+        self._sessions: dict[tuple[str, tuple[int, ...]], OnnxSession] = {}
+        self.backend = backend
+
+    @property
+    def backend(self) -> str:
+        """``"torch"``, ``"onnx"`` or ``"onnx-int8"``; settable (graphs export on first use)."""
+        return self._backend
+
+    @backend.setter
+    def backend(self, backend: str) -> None:
+        check_backend(backend)
+        check_installed(backend)
+        if backend != "torch" and self.device != "cpu":
+            raise DemitasseError(f"the {backend} backend runs on the CPU, not on {self.device}")
+        self._backend = backend
+        cache, cache_dir = self._cache_settings
+        self._cache = self._open_cache(self.path, cache_dir) if cache else None
 
     def _load_heads(self, modules: list[Any], path: Path) -> dict[int, torch.nn.Module]:
         """What maps a layer's pooled embedding before normalisation: the pipeline's Dense
@@ -158,6 +176,8 @@ class TransformerEncoder:
                 str(self.max_seq_length),
                 # Embeddings cached before heads were applied must not be read back.
                 *(["heads" + "".join(map(str, sorted(self.heads)))] if self.heads else []),
+                # int8 weights give other vectors; torch's keys stay as they were.
+                *([self.backend] if self.backend != "torch" else []),
             ]
         )
         root = Path(cache_dir) if cache_dir else cache_root() / "embeddings"
@@ -166,7 +186,7 @@ class TransformerEncoder:
     def __repr__(self) -> str:
         return (
             f"TransformerEncoder({self.name!r}, layers={self.num_layers}, dim={self.dim}, "
-            f"pooling={self.pooling!r}, normalize={self.normalize})"
+            f"pooling={self.pooling!r}, normalize={self.normalize}, backend={self.backend!r})"
         )
 
     def _check_layers(self, layers: Sequence[int] | None) -> list[int]:
@@ -206,7 +226,8 @@ class TransformerEncoder:
         return out
 
     @contextlib.contextmanager
-    def _cut_to(self, depth: int) -> Iterator[None]:
+    def cut_to(self, depth: int) -> Iterator[None]:
+        """Within the block, the torch model runs its first ``depth`` blocks only."""
         stack = layer_stack(self.model)
         if stack is None or depth >= self.num_layers:
             yield
@@ -252,21 +273,61 @@ class TransformerEncoder:
         show = self.show_progress
         if show is None:
             show = len(texts) >= PROGRESS_MIN_TEXTS and not os.environ.get("DEMITASSE_QUIET")
-        depth = max(layers)
         starts = range(0, len(texts), batch_size)
-        with torch.inference_mode(), self._cut_to(depth):
+        run = self._onnx_batch(layers) if self.backend != "torch" else self._torch_batch
+        with torch.inference_mode(), self.cut_to(max(layers)):
             for start in tqdm(starts, desc=f"encoding with {self.name}", disable=not show):
                 idx = order[start : start + batch_size]
-                features = self.tokenize([texts[i] for i in idx])
-                hidden = self.model(**features, output_hidden_states=True).hidden_states
-                for layer in layers:
-                    vectors = pool(hidden[layer], features["attention_mask"], self.pooling)
-                    if layer in self.heads:
-                        vectors = self.heads[layer](vectors)
+                for layer, vectors in zip(
+                    layers, run([texts[i] for i in idx], layers), strict=True
+                ):
                     if self.normalize:
-                        vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
-                    out[layer][idx] = vectors.float().cpu().numpy()
+                        vectors = F.normalize(torch.from_numpy(vectors), p=2, dim=1).numpy()
+                    out[layer][idx] = vectors
         return out
+
+    def _torch_batch(self, batch: list[str], layers: list[int]) -> list[np.ndarray]:
+        """Each layer's pooled (and exit-headed) vectors of one batch, by torch."""
+        features = self.tokenize(batch)
+        hidden = self.model(**features, output_hidden_states=True).hidden_states
+        pooled = []
+        for layer in layers:
+            vectors = pool(hidden[layer], features["attention_mask"], self.pooling)
+            if layer in self.heads:
+                vectors = self.heads[layer](vectors)
+            pooled.append(vectors.float().cpu().numpy())
+        return pooled
+
+    def _onnx_batch(self, layers: list[int]) -> Any:
+        """The ONNX Runtime counterpart of :meth:`_torch_batch`, its graph exported (and
+        cached) on first use."""
+        key = (self.backend, tuple(layers))
+        if key not in self._sessions:
+            self._sessions[key] = OnnxSession(graph_path(self, self.backend, layers))
+        session = self._sessions[key]
+        return lambda batch, _layers: session.run(self.tokenize(batch))
+
+
+def _checked_modules(model: Any, path: Path) -> list[Any]:
+    """The pipeline's modules; a demitasse export with a learned compressor is refused."""
+    modules = list(model)
+    if any(type(m).__name__ == "CompressorModule" for m in modules):
+        raise DemitasseError(
+            f"{path} is a demitasse export with a learned compressor; load it with "
+            "SentenceTransformer(path, trust_remote_code=True), or give demitasse the model "
+            "directory it was exported from"
+        )
+    return modules
+
+
+def _device_of(backend: str, device: str | None) -> str | None:
+    """The device asked for, checked against the backend (ONNX Runtime runs on the CPU)."""
+    check_backend(backend)
+    if backend == "torch":
+        return device
+    if device not in (None, "cpu"):
+        raise DemitasseError(f"the {backend} backend runs on the CPU, not on {device}")
+    return "cpu"
 
 
 class _SentenceEmbeddingModules(torch.nn.Module):

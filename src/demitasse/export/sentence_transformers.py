@@ -32,6 +32,7 @@ from demitasse.compress import BinaryQuantizer, Compressor, Int8Quantizer, Quant
 from demitasse.compress.base import AffineMap
 from demitasse.encoders.transformer import TransformerEncoder, layer_stack
 from demitasse.errors import ExportError
+from demitasse.export.onnx_files import ONNX_INT8_FILE, write_onnx_files
 from demitasse.io import atomic_directory, check_directory_target
 from demitasse.loading import load_encoder
 
@@ -122,9 +123,11 @@ def _check_layer_and_dim(
 def _save_export(
     st: SentenceTransformer, out: str | Path, info: dict[str, Any], quantizer: Quantizer | None
 ) -> None:
-    """The model, its Matryoshka widths, quantisation, export info and README: all or nothing."""
+    """The model, its ONNX files, Matryoshka widths, quantisation, export info and README:
+    all or nothing."""
     with atomic_directory(out, kind=EXPORT_KIND, recognise=_earlier_export) as tmp:
         st.save(str(tmp), create_model_card=False)
+        info["onnx"] = write_onnx_files(st[0], tmp)
         # sentence-transformers ignores keys it does not know and drops them on a re-save.
         config_path = tmp / "config_sentence_transformers.json"
         config = json.loads(config_path.read_text(encoding="utf-8"))
@@ -310,9 +313,23 @@ def _readme(info: dict[str, Any]) -> str:
             f"in `{EXPORT_INFO}`.",
             "## Loading",
             load,
+            _onnx_readme(),
             matryoshka,
             *_quantization_readme(info["quantization"]),
         ]
+    )
+
+
+def _onnx_readme() -> str:
+    """How sentence-transformers runs the export's ONNX files."""
+    return (
+        "## ONNX Runtime\n\n`onnx/model.onnx` is the transformer as exported (ONNX, float32) "
+        "and `onnx/" + ONNX_INT8_FILE + "` its int8 version (dynamic quantisation, int8 weights "
+        "per channel); sentence-transformers runs them with Optimum installed "
+        "(`pip install sentence-transformers[onnx]`):\n\n```python\n"
+        'model = SentenceTransformer("path/to/this/folder", backend="onnx")\n'
+        'int8 = SentenceTransformer("path/to/this/folder", backend="onnx", '
+        'model_kwargs={"file_name": "onnx/' + ONNX_INT8_FILE + '"})\n```'
     )
 
 

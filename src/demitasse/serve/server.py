@@ -26,9 +26,10 @@ logger = logging.getLogger(__name__)
 _PLAIN_ENCODER_TEXT = "demitasse serves this encoder as it is"
 
 
-def load_served_model(source: str | Path) -> CompressedModel:
+def load_served_model(source: str | Path, *, backend: str | None = None) -> CompressedModel:
     """A model directory as saved, or a plain encoder (name or directory, transformer or
-    static) at its full width; refused when it cannot embed texts (vectors-only)."""
+    static) at its full width; refused when it cannot embed texts (vectors-only).
+    ``backend`` replaces a model directory's saved one (an encoder's default: torch)."""
     if is_model_dir(source) or _is_saved_compressor(source):
         model = CompressedModel.load(source, cache=False)  # a compressor: vectors-only
     else:
@@ -39,6 +40,8 @@ def load_served_model(source: str | Path) -> CompressedModel:
             f"{source} is a vectors-only model: it has no encoder to embed texts with, so "
             "there is nothing to serve (use 'demitasse transform' on your vectors)"
         )
+    if backend is not None:
+        model.backend = backend
     model.encoder  # noqa: B018  (load it now, not during the first request)
     return model
 

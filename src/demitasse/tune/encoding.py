@@ -39,15 +39,18 @@ class EncodedTexts:
     dim: int
     layers: tuple[int, ...]
     vectors: dict[int, np.ndarray]  # layer -> [n_texts, dim], rows as the texts given
+    backend: str = "torch"
 
     @property
     def last_layer(self) -> int:
         return max(self.layers)
 
 
-def open_encoder(source: str, work_dir: Path) -> Encoder:
+def open_encoder(source: str, work_dir: Path, backend: str = "torch") -> Encoder:
     """The encoder at ``source``; a transformer caches its vectors under ``work_dir``."""
-    return load_encoder(source, cache_dir=work_dir / "embeddings")
+    if backend == "torch":  # a static model takes no backend
+        return load_encoder(source, cache_dir=work_dir / "embeddings")
+    return load_encoder(source, cache_dir=work_dir / "embeddings" / backend, backend=backend)
 
 
 def model_source(source: str) -> str:
@@ -96,19 +99,23 @@ def encode(
     *,
     batch_size: int = 64,
     progress: bool = False,
+    backend: str = "torch",
 ) -> EncodedTexts:
-    """Load the encoder at ``source`` and embed ``texts`` at every layer worth sweeping."""
-    encoder = open_encoder(source, work_dir)
+    """Load the encoder at ``source`` and embed ``texts`` at every layer worth sweeping;
+    an ONNX ``backend``'s encoder is named and fingerprinted apart (``name+onnx-int8``)."""
+    encoder = open_encoder(source, work_dir, backend)
     layers = sweep_layers(encoder)
     logger.info("embedding %d texts with %s, layers %s", len(texts), encoder.name, layers)
     vectors = embed_texts(encoder, texts, layers, batch_size=batch_size, progress=progress)
+    own = backend != "torch"
     return EncodedTexts(
-        name=str(encoder.name),
+        name=str(encoder.name) + (f"+{backend}" if own else ""),
         source=model_source(source),
-        fingerprint=encoder_fingerprint(encoder, source),
+        fingerprint=encoder_fingerprint(encoder, source) + (f"-{backend}" if own else ""),
         dim=int(encoder.dim),
         layers=layers,
         vectors=vectors,
+        backend=backend,
     )
 
 
@@ -123,11 +130,17 @@ def speed_sample(corpus: Sequence[str], size: int = SPEED_TEXTS, seed: int = 0) 
 
 
 def measure_speeds(
-    source: str, sample: Sequence[str], layers: Sequence[int], *, batch_size: int = 64
+    source: str,
+    sample: Sequence[str],
+    layers: Sequence[int],
+    *,
+    batch_size: int = 64,
+    backend: str = "torch",
 ) -> list[ResultRecord]:
     """Texts per second of each layer cut on this machine (an efficiency record each, with
     the thread counts and the load in ``extra``), timed without the embedding cache."""
-    encoder = load_encoder(source, cache=False)
+    options = {} if backend == "torch" else {"backend": backend}
+    encoder = load_encoder(source, cache=False, **options)
     return measure_encode_throughput(
         encoder, list(sample), list(layers), repeats=SPEED_REPEATS, batch_size=batch_size
     )

@@ -39,8 +39,9 @@ def build_model(
     as the sweep fitted them."""
     layer = None if config.layer == encoded.last_layer else config.layer
     model = CompressedModel(
-        encoded.source, layer=layer, batch_size=batch_size, **config.model_settings()
-    )
+        encoded.source, layer=layer, batch_size=batch_size, backend=encoded.backend,
+        **config.model_settings(),
+    )  # fmt: skip
     return model.fit(vectors=corpus, fit_data=fit_data)
 
 

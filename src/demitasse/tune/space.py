@@ -27,6 +27,10 @@ MIN_DIM = 8
 BINARY_ROTATION = "itq"
 #: How the documents' full encoder output is kept for rescoring.
 RESCORE_PRECISION = "int8"
+#: What runs the transformer by default: torch alone. ``--backends torch,onnx-int8`` sweeps
+#: the int8 encoder too, as one more encoder (``name+onnx-int8``) crossed with everything else,
+#: which doubles the sweep; its speed is measured like torch's, so ``--min-speed`` can pick it.
+BACKENDS: tuple[str, ...] = ("torch",)
 
 #: Each method as CompressedModel builds it: (registered compressor, its parameters).
 _COMPRESSORS: dict[str, tuple[str | None, dict[str, Any]]] = {
@@ -155,6 +159,7 @@ class SweepSpace:
     min_dim: int = MIN_DIM
     search: bool = True
     encoders: tuple[EncoderLayers, ...] = field(default_factory=tuple)
+    backends: tuple[str, ...] = BACKENDS
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -165,6 +170,9 @@ class SweepSpace:
             raise DataError("the sweep needs method 'none': the full model is the reference")
         if any(p not in PRECISIONS for p in self.precisions) or "float32" not in self.precisions:
             raise DataError(f"tune precisions must include float32, from {', '.join(PRECISIONS)}")
+        if "torch" not in self.backends:
+            # The full model in torch is what every retention is measured against.
+            raise DataError("the tune backends must include torch: the full model is the reference")
 
     def dims(self, method: str, full_dim: int) -> list[int]:
         """The widths ``method`` is tried at: the full one only for the encoder's own vectors;
@@ -198,6 +206,18 @@ class SweepSpace:
     def smallest_index(self) -> Configuration:
         """The configuration with the fewest index bytes the space holds."""
         return min(self.configurations(), key=lambda c: (c.index_bytes(), -c.dim))
+
+
+def parse_backends(text: str) -> tuple[str, ...]:
+    """``"onnx-int8"`` → ``("torch", "onnx-int8")``: torch always comes first."""
+    from demitasse.encoders.backends import BACKENDS as KNOWN
+
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in KNOWN]
+    if unknown or not names:
+        shown = unknown[0] if unknown else text
+        raise DataError(f"unknown backend {shown!r}; choose from {', '.join(KNOWN)}")
+    return tuple(dict.fromkeys(["torch", *names]))
 
 
 def parse_methods(text: str, known: Sequence[str] = METHODS) -> tuple[str, ...]:

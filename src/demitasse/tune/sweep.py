@@ -83,6 +83,10 @@ class Sweep:
         batch, progress = settings.batch_size, settings.progress
         main = encode(self.model, texts, work, batch_size=batch, progress=progress)
         self.encoders = [main]
+        for backend in self.space.backends:
+            if backend != "torch":  # the same transformer, run by ONNX Runtime
+                self.encoders.append(encode(self.model, texts, work, batch_size=batch,
+                                            progress=progress, backend=backend))  # fmt: skip
         if self.static is not None:
             static = encode(self.static, texts, work, batch_size=batch, progress=progress)
             if static.name == main.name:
@@ -116,8 +120,9 @@ class Sweep:
             if missing:
                 logger.info("timing %s on %d texts, layers %s", encoded.name, len(sample), missing)
                 timed = measure_speeds(
-                    encoded.source, sample, missing, batch_size=self.settings.batch_size
-                )
+                    encoded.source, sample, missing, batch_size=self.settings.batch_size,
+                    backend=encoded.backend,
+                )  # fmt: skip
                 for record in timed:
                     assert record.layer is not None
                     store.append(
