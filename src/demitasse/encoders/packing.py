@@ -31,15 +31,30 @@ class PackedBatch:
 
 
 def pack_rows(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Texts (by index) in rows of at most ``max_tokens`` tokens, longest first, each in the
-    first row it fits (a text longer than ``max_tokens`` has a row of its own)."""
+    """Texts (by index) in as few rows as ``max_tokens`` tokens a row allow, the rows of about
+    equal width (all are padded to the widest): the narrowest width, from the even share up,
+    at which placing the texts longest first, each in the first row it fits, needs no more
+    rows. A text longer than the width has a row of its own."""
+    if not lengths:
+        return []
+    total = sum(lengths)
+    rows_needed = -(-total // max_tokens)
+    width = max(max(lengths), -(-total // rows_needed))
+    while True:
+        rows = _first_fit(lengths, width)
+        if len(rows) <= rows_needed:
+            return rows
+        width += max(1, width // 16)
+
+
+def _first_fit(lengths: Sequence[int], width: int) -> list[list[int]]:
     rows: list[list[int]] = []
     free: list[int] = []
     for text in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
         row = next((r for r, space in enumerate(free) if space >= lengths[text]), None)
         if row is None:
             rows.append([text])
-            free.append(max_tokens - lengths[text])
+            free.append(width - lengths[text])
         else:
             rows[row].append(text)
             free[row] -= lengths[text]

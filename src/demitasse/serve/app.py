@@ -108,6 +108,7 @@ def create_app(model: CompressedModel, settings: ServeSettings) -> GuardedApp:
             "batches": stats.batches,
             "texts": stats.texts,
             "passes": stats.passes,
+            "packing": worker.packing,
             "encoder_seconds": round(stats.encoder_seconds, 6),
             "encoder_cpu_seconds": round(stats.encoder_cpu_seconds, 6),
         }
