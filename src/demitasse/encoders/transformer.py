@@ -16,7 +16,7 @@ from transformers import BatchEncoding
 from demitasse.data import check_texts
 from demitasse.encoders.cache import EmbeddingCache, fingerprint_directory
 from demitasse.encoders.exit_heads import load_exit_heads
-from demitasse.encoders.packing import pack_rows, packed_batch, unpack
+from demitasse.encoders.packing import PackedBatch, pack_rows, packed_batch, unpack
 from demitasse.encoders.resolve import DEFAULT_MODEL, cache_root, resolve_model
 from demitasse.errors import DemitasseError
 
@@ -25,6 +25,9 @@ PROGRESS_MIN_TEXTS = 2048
 #: Tokens per row of a packed pass: attention grows with the square of a row's width, so
 #: wider rows would cost more in attention than they save in rows (a few % at 128).
 PACKED_ROW_TOKENS = 128
+#: Rows per packed pass, which bounds its memory (attention scores grow with rows × width²)
+#: when long texts fill one row each.
+PACKED_ROWS_PER_PASS = 32
 #: Texts of varied length that :meth:`TransformerEncoder.packing_matches` packs side by side.
 PACKING_PROBE = (
     "A man is playing a guitar.",
@@ -288,19 +291,32 @@ class TransformerEncoder:
     def encode_packed(
         self, texts: Sequence[str], layer: int | None = None, max_tokens: int = PACKED_ROW_TOKENS
     ) -> np.ndarray:
-        """:meth:`encode`'s vectors from one forward pass of the texts packed end to end in
-        rows of about ``max_tokens`` tokens, without padding (:mod:`demitasse.encoders.packing`):
-        many short texts of varied length cost what their tokens cost. Reads no cache; valid
-        for a model where :meth:`packing_matches`."""
+        """:meth:`encode`'s vectors from forward passes of the texts packed end to end in rows
+        of about ``max_tokens`` tokens, without padding (:mod:`demitasse.encoders.packing`):
+        many short texts of varied length cost what their tokens cost. One pass for up to
+        ``PACKED_ROWS_PER_PASS`` rows. Reads no cache; valid where :meth:`packing_matches`."""
         texts = check_texts(texts)
         layer = self._check_layers([self.num_layers if layer is None else layer])[0]
-        if not texts:
-            return np.empty((0, self.dim), dtype=np.float32)
-        ids = self.tokenizer(
-            self._prepared(texts), truncation="longest_first", max_length=self.max_seq_length
-        )["input_ids"]
+        ids: list[list[int]] = []
+        if texts:
+            prepared = self._prepared(texts)
+            tokens = self.tokenizer(prepared, truncation=True, max_length=self.max_seq_length)
+            ids = tokens["input_ids"]
         rows = pack_rows([len(tokens) for tokens in ids], max_tokens)
-        batch = packed_batch(ids, rows, int(self.tokenizer.pad_token_id or 0))
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for start in range(0, len(rows), PACKED_ROWS_PER_PASS):
+            chunk = rows[start : start + PACKED_ROWS_PER_PASS]
+            members = [text for row in chunk for text in row]
+            local = {text: k for k, text in enumerate(members)}
+            batch = packed_batch(
+                [ids[text] for text in members],
+                [[local[text] for text in row] for row in chunk],
+                int(self.tokenizer.pad_token_id or 0),
+            )
+            out[members] = self._packed_pass(batch, layer)
+        return out
+
+    def _packed_pass(self, batch: PackedBatch, layer: int) -> np.ndarray:
         inputs = {
             "input_ids": batch.input_ids,
             "position_ids": batch.position_ids,
@@ -312,8 +328,7 @@ class TransformerEncoder:
             inputs = {key: value.to(self.device) for key, value in inputs.items()}
             hidden = self.model(**inputs, output_hidden_states=True).hidden_states[layer]
             mask = batch.token_mask.to(self.device)
-            vectors = pool(unpack(hidden, batch), mask, self.pooling)
-            return self._finish(vectors, layer)
+            return self._finish(pool(unpack(hidden, batch), mask, self.pooling), layer)
 
     def packing_matches(self, tolerance: float = 1e-5) -> bool:
         """Whether :meth:`encode_packed` gives this model's padded vectors (cosine within
