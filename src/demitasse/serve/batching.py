@@ -87,7 +87,7 @@ class EncoderWorker:
             packing = padded and bool(encoder.packing_matches())
         #: One packed forward pass per batch; else a pass per length group (a transformer) or
         #: one pass (a static model, which pads nothing).
-        self.packing = packing
+        self.packing = padded and packing
         self.pass_cost = PASS_COST_TOKENS if padded else float("inf")
         self.stats = WorkerStats()
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
