@@ -4,9 +4,10 @@
 Each configuration starts its own server process (``demitasse serve M --port 0``), warms it up,
 runs the clients (asyncio, keep-alive connections, the openai client's default base64 format)
 for ``--seconds``, then stops the server with SIGTERM. Recorded: requests/s, p50 and p99
-latency, errors (any answer but 200, or a body without one embedding), the server's CPU time
-and the share of it spent outside the encoder (its /health counts the seconds inside
-``CompressedModel.embed``), and the load average. Clients and server share the machine's cores.
+latency, errors (any answer but 200, or a body without one embedding), texts per batch and
+per encoder pass, the encoder thread's CPU time per text, the server's CPU time and the share
+of it spent outside the encoder (its /health counts the encoder thread's CPU seconds inside
+the encoder), and the load average. Clients and server share the machine's cores.
 
     python benchmarks/serve.py --data-dir ../shared/data --static minilm-static-256
 """
@@ -112,14 +113,17 @@ def measure(model: str, batching: bool, bodies: list[bytes], args: argparse.Name
     server_cpu = cpu_after - cpu_before
     # CPU, not wall, seconds: on a busy machine the encoder thread also waits for a core.
     encoder = after["encoder_cpu_seconds"] - before["encoder_cpu_seconds"]
+    texts = after["texts"] - before["texts"]
     return {
         "requests_per_s": len(results) / wall,
         "p50_ms": float(np.percentile(latencies, 50)),
         "p99_ms": float(np.percentile(latencies, 99)),
         "errors": sum(not ok for _, ok in results),
         "requests": len(results),
-        "texts_per_batch": (after["texts"] - before["texts"])
-        / max(after["batches"] - before["batches"], 1),
+        "texts_per_batch": texts / max(after["batches"] - before["batches"], 1),
+        "texts_per_pass": texts / max(after["passes"] - before["passes"], 1),
+        "encoder_cpu_ms_per_text": 1000 * encoder / max(texts, 1),
+        "packing": bool(after["packing"]),
         "server_cpu_s": server_cpu,
         "outside_encoder_share": 1 - encoder / server_cpu if server_cpu else float("nan"),
         "load_1min": load_average,
@@ -141,9 +145,9 @@ def ensure_static(path: Path, data_dir: str | None) -> Path:
 def records_of(label: str, batching: bool, figures: dict, args: argparse.Namespace) -> list:
     extra = {"batching": batching, "clients": args.clients, "seconds": args.seconds,
              "server_threads": args.server_threads, "load_1min": round(figures["load_1min"], 2),
-             "requests": figures["requests"]}  # fmt: skip
+             "requests": figures["requests"], "packing": figures["packing"]}  # fmt: skip
     metrics = ("requests_per_s", "p50_ms", "p99_ms", "errors", "outside_encoder_share",
-               "texts_per_batch")  # fmt: skip
+               "texts_per_batch", "texts_per_pass", "encoder_cpu_ms_per_text")  # fmt: skip
     return [
         ResultRecord(
             model=label,
@@ -159,6 +163,18 @@ def records_of(label: str, batching: bool, figures: dict, args: argparse.Namespa
         )
         for metric in metrics
     ]
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """This run's command, with the options that differ from their defaults."""
+    command = "python benchmarks/serve.py --data-dir ../shared/data"
+    defaults = {"model": "all-MiniLM-L6-v2", "static": "minilm-static-256", "clients": 32,
+                "seconds": 60.0, "server_threads": 1}  # fmt: skip
+    for option, default in defaults.items():
+        value = getattr(args, option)
+        if value != default or option == "static":
+            command += f" --{option.replace('_', '-')} {value}"
+    return command
 
 
 def main() -> int:
@@ -187,16 +203,20 @@ def main() -> int:
             f = figures[batching]
             rows.append([label, "on" if batching else "off", f"{f['requests_per_s']:.1f}",
                          f"{f['p50_ms']:.1f}", f"{f['p99_ms']:.1f}", f["errors"],
-                         f"{f['texts_per_batch']:.1f}", f"{100 * f['outside_encoder_share']:.0f} %",
+                         f"{f['texts_per_batch']:.1f}", f"{f['texts_per_pass']:.1f}",
+                         f"{f['encoder_cpu_ms_per_text']:.2f}",
+                         f"{100 * f['outside_encoder_share']:.0f} %",
                          f"{f['load_1min']:.1f}"])  # fmt: skip
         speedup = figures[True]["requests_per_s"] / figures[False]["requests_per_s"]
-        rows.append([label, "on ÷ off", f"{speedup:.2f}×", "", "", "", "", "", ""])
+        rows.append([label, "on ÷ off", f"{speedup:.2f}×", *[""] * 8])
     write_records(HERE / "results" / f"{NAME}.json", records)
-    headers = ["model", "batching", "requests/s", "p50 ms", "p99 ms", "errors", "texts per "
-               "encoder call", "server CPU outside the encoder", "load (1 min)"]  # fmt: skip
+    headers = ["model", "batching", "requests/s", "p50 ms", "p99 ms", "errors",
+               "texts per batch", "texts per encoder pass", "encoder CPU ms per text",
+               "server CPU outside the encoder", "load (1 min)"]  # fmt: skip
     body = fill_section(
         RESULTS_MD, NAME, template(NAME),
-        machine=machine_description(), wall_seconds=f"{time.perf_counter() - started:.0f}",
+        command=command_line(args), machine=machine_description(),
+        wall_seconds=f"{time.perf_counter() - started:.0f}",
         clients=args.clients, seconds=f"{args.seconds:.0f}", threads=args.server_threads,
         sentences=len(sentences), table=markdown_table(headers, rows),
     )  # fmt: skip

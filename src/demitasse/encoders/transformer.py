@@ -18,11 +18,26 @@ from demitasse.data import check_texts
 from demitasse.encoders.backends import OnnxSession, check_backend, check_installed, graph_path
 from demitasse.encoders.cache import EmbeddingCache, fingerprint_directory
 from demitasse.encoders.exit_heads import load_exit_heads
+from demitasse.encoders.packing import PackedBatch, pack_rows, packed_batch, unpack
 from demitasse.encoders.resolve import DEFAULT_MODEL, cache_root, resolve_model
 from demitasse.errors import DemitasseError
 
 POOLINGS = ("mean", "cls", "max", "lasttoken")
 PROGRESS_MIN_TEXTS = 2048
+#: Tokens per row of a packed pass: attention grows with the square of a row's width, so
+#: wider rows would cost more in attention than they save in rows (a few % at 128).
+PACKED_ROW_TOKENS = 128
+#: Rows per packed pass, which bounds its memory (attention scores grow with rows × width²)
+#: when long texts fill one row each.
+PACKED_ROWS_PER_PASS = 32
+#: Texts of varied length that :meth:`TransformerEncoder.packing_matches` packs side by side.
+PACKING_PROBE = (
+    "A man is playing a guitar.",
+    "Packed texts must not see each other.",
+    "Dogs",
+    "The quick brown fox jumps over the lazy dog, twice, before the sun sets on the hill.",
+    "Position ids restart at zero for every text in a row.",
+)
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
@@ -244,13 +259,14 @@ class TransformerEncoder:
         """Model inputs for ``batch`` on the encoder's device, as sentence-transformers builds."""
         return dict(self.features(batch))
 
+    def _prepared(self, texts: Sequence[str]) -> list[str]:
+        """Texts as sentence-transformers hands them to the tokenizer."""
+        return [t.strip().lower() if self.do_lower_case else t.strip() for t in texts]
+
     def features(self, batch: list[str]) -> BatchEncoding:
         """:meth:`tokenize`'s inputs with the fast tokenizer's encodings (word ids, tokens)."""
-        batch = [t.strip() for t in batch]
-        if self.do_lower_case:
-            batch = [t.lower() for t in batch]
         features = self.tokenizer(
-            batch,
+            self._prepared(batch),
             padding=True,
             truncation="longest_first",
             max_length=self.max_seq_length,
@@ -306,6 +322,73 @@ class TransformerEncoder:
             self._sessions[key] = OnnxSession(graph_path(self, self.backend, layers))
         session = self._sessions[key]
         return lambda batch, _layers: session.run(self.tokenize(batch))
+
+    def _finish(self, vectors: torch.Tensor, layer: int) -> np.ndarray:
+        """Pooled vectors of ``layer`` through its head, normalised when the model is."""
+        if layer in self.heads:
+            vectors = self.heads[layer](vectors)
+        if self.normalize:
+            vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
+        return vectors.float().cpu().numpy()
+
+    def encode_packed(
+        self, texts: Sequence[str], layer: int | None = None, max_tokens: int = PACKED_ROW_TOKENS
+    ) -> np.ndarray:
+        """:meth:`encode`'s vectors from forward passes of the texts packed end to end in rows
+        of about ``max_tokens`` tokens, without padding (:mod:`demitasse.encoders.packing`):
+        many short texts of varied length cost what their tokens cost. One pass for up to
+        ``PACKED_ROWS_PER_PASS`` rows. Reads no cache; valid where :meth:`packing_matches`."""
+        texts = check_texts(texts)
+        layer = self._check_layers([self.num_layers if layer is None else layer])[0]
+        ids: list[list[int]] = []
+        if texts:
+            prepared = self._prepared(texts)
+            tokens = self.tokenizer(prepared, truncation=True, max_length=self.max_seq_length)
+            ids = tokens["input_ids"]
+        rows = pack_rows([len(tokens) for tokens in ids], max_tokens)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for start in range(0, len(rows), PACKED_ROWS_PER_PASS):
+            chunk = rows[start : start + PACKED_ROWS_PER_PASS]
+            members = [text for row in chunk for text in row]
+            local = {text: k for k, text in enumerate(members)}
+            batch = packed_batch(
+                [ids[text] for text in members],
+                [[local[text] for text in row] for row in chunk],
+                int(self.tokenizer.pad_token_id or 0),
+            )
+            out[members] = self._packed_pass(batch, layer)
+        return out
+
+    def _packed_pass(self, batch: PackedBatch, layer: int) -> np.ndarray:
+        inputs = {
+            "input_ids": batch.input_ids,
+            "position_ids": batch.position_ids,
+            "attention_mask": batch.attention_mask,
+        }
+        if "token_type_ids" in self.tokenizer.model_input_names:
+            inputs["token_type_ids"] = torch.zeros_like(batch.input_ids)
+        with torch.inference_mode(), self.cut_to(layer):
+            inputs = {key: value.to(self.device) for key, value in inputs.items()}
+            hidden = self.model(**inputs, output_hidden_states=True).hidden_states[layer]
+            mask = batch.token_mask.to(self.device)
+            return self._finish(pool(unpack(hidden, batch), mask, self.pooling), layer)
+
+    def packing_matches(self, tolerance: float = 1e-5) -> bool:
+        """Whether :meth:`encode_packed` gives this model's padded vectors (cosine within
+        ``tolerance``) on texts packed side by side. A model whose position ids do not count
+        from 0 (RoBERTa, MPNet) or that takes no attention mask per token pair fails."""
+        if self.backend != "torch":  # packing feeds torch's model; ONNX graphs take padded rows
+            return False
+        texts = list(PACKING_PROBE)
+        try:
+            packed = self.encode_packed(texts)
+        except Exception:  # whatever a model refusing packed inputs raises: it fails
+            return False
+        padded = self._forward_all(texts, [self.num_layers], batch_size=len(texts))
+        reference = padded[self.num_layers]
+        norms = np.linalg.norm(packed, axis=1) * np.linalg.norm(reference, axis=1)
+        cosines = (packed * reference).sum(1) / np.maximum(norms, 1e-12)
+        return bool(cosines.min() >= 1 - tolerance)
 
 
 def _checked_modules(model: Any, path: Path) -> list[Any]:

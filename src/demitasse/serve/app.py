@@ -107,6 +107,8 @@ def create_app(model: CompressedModel, settings: ServeSettings) -> GuardedApp:
             "in_flight": in_flight,
             "batches": stats.batches,
             "texts": stats.texts,
+            "passes": stats.passes,
+            "packing": worker.packing,
             "encoder_seconds": round(stats.encoder_seconds, 6),
             "encoder_cpu_seconds": round(stats.encoder_cpu_seconds, 6),
         }
