@@ -18,6 +18,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 
 import numpy as np
@@ -70,7 +71,7 @@ def measure(
     name: str, compressor: Compressor, dims: list[int], rows: np.ndarray, args: argparse.Namespace
 ) -> list[ResultRecord]:
     """Folded and reference vectors/s per width, timed interleaved, and their largest gap."""
-    paths = {"folded": compressor.transform}
+    paths: dict[str, Callable[..., np.ndarray]] = {"folded": compressor.transform}
     if isinstance(compressor, LearnedCompressor):
         paths["reference"] = compressor.reference_transform
     runs = [partial(path, rows, dim=dim) for dim in dims for path in paths.values()]

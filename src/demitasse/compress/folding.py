@@ -21,9 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F  # noqa: N812  (torch convention)
+
+from demitasse.compress.smec_stage import SelectionStage
 
 #: Compressed [n, k] vectors of raw float32 embeddings [n, D] (eval mode, no grad).
 Plan = Callable[[torch.Tensor], torch.Tensor]
@@ -50,10 +53,11 @@ def _f32(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return tuple(t.float().contiguous() for t in tensors)
 
 
-def adaptor_plan(rotation: Rotation, network: torch.nn.Module, dim: int) -> Plan:
+def adaptor_plan(rotation: Rotation, network: Any, dim: int) -> Plan:
     """``u + out(gelu(hidden(u)))``, first ``dim`` outputs: one product for the hidden layer
     and the residual together, one for the output layer."""
-    hidden, out = network.hidden, network.out  # type: ignore[union-attr]
+    # network: the adaptor's ResidualMLP (a class local to a function, hence Any).
+    hidden, out = network.hidden, network.out
     width = hidden.weight.shape[0]
     eye = torch.eye(rotation.rotation.shape[0], dtype=torch.float64)[:, :dim]
     W, b = rotation.reads_input(torch.cat([hidden.weight.T.double(), eye], 1), None)
@@ -67,34 +71,34 @@ def adaptor_plan(rotation: Rotation, network: torch.nn.Module, dim: int) -> Plan
     return plan
 
 
-def _stage_matrices(stage: torch.nn.Module, dim: int) -> tuple[torch.Tensor, ...]:
+def _stage_matrices(stage: SelectionStage, dim: int) -> tuple[torch.Tensor, ...]:
     """A SMEC stage's weights with its inference selection folded in: (reads the previous
     output: hidden part, linear part), reads the context, hidden bias, output layer, output
     bias; output columns past ``dim`` dropped."""
-    d_in = stage.linear.weight.shape[1]  # type: ignore[union-attr]
+    d_in = stage.linear.weight.shape[1]
     mask = torch.zeros(d_in, dtype=torch.float64)
-    mask[stage.selected()] = 1.0  # type: ignore[operator]
-    hidden_w = stage.hidden.weight.double()  # type: ignore[union-attr]
+    mask[stage.selected()] = 1.0
+    hidden_w = stage.hidden.weight.double()
     from_h = torch.cat(
-        [hidden_w[:, :d_in].T, stage.linear.weight[:dim].T.double()],  # type: ignore[index]
+        [hidden_w[:, :d_in].T, stage.linear.weight[:dim].T.double()],
         1,
     ) * mask.unsqueeze(1)
-    out = stage.out  # type: ignore[union-attr]
+    out = stage.out
     return (
         from_h,
         hidden_w[:, d_in:].T,
-        stage.hidden.bias.double(),  # type: ignore[union-attr]
+        stage.hidden.bias.double(),
         out.weight[:dim].T.double(),
         out.bias[:dim].double(),
     )
 
 
-def smec_plan(rotation: Rotation, stages: Sequence[torch.nn.Module], dim: int) -> Plan:
+def smec_plan(rotation: Rotation, stages: Sequence[SelectionStage], dim: int) -> Plan:
     """A chain of SMEC stages, first ``dim`` outputs of the last: one product reads the raw
     embedding for every stage (the first stage's input is the rotated embedding itself);
     then per stage one product of the previous output (selection folded in) and one of the
     MLP's hidden layer."""
-    parts = [_stage_matrices(s, dim if i + 1 == len(stages) else s.d_out)  # type: ignore[arg-type]
+    parts = [_stage_matrices(s, dim if i + 1 == len(stages) else s.d_out)
              for i, s in enumerate(stages)]  # fmt: skip
     width = parts[0][1].shape[1]
     first_h, first_ctx, first_b, _, first_ob = parts[0]
@@ -122,11 +126,11 @@ def smec_plan(rotation: Rotation, stages: Sequence[torch.nn.Module], dim: int) -
     return plan
 
 
-def mcr2_plan(rotation: Rotation, network: torch.nn.Module) -> Plan:
+def mcr2_plan(rotation: Rotation, network: Any) -> Plan:
     """MCR²'s feature path (trunk, feature head, L2 normalisation) without the cluster head,
     the rotation folded into the trunk's first layer."""
-    first, second = network.trunk[0], network.trunk[2]  # type: ignore[index]
-    features = network.features  # type: ignore[union-attr]
+    first, second = network.trunk[0], network.trunk[2]
+    features = network.features
     W1, b1 = rotation.reads_input(first.weight.T, first.bias)
     W1, b1, W2, b2, Wf, bf = _f32(
         W1, b1, second.weight.T, second.bias, features.weight.T, features.bias

@@ -278,7 +278,7 @@ class LearnedCompressor(Compressor):
     def _fit(self, X: np.ndarray, **supervision: Any) -> None:
         import torch
 
-        self._plans = {}  # a network trained in place keeps its id
+        self._plans: dict[tuple[int, int], Plan | None] = {}  # trained in place: same id
         torch.manual_seed(self.seed)
         self._generator = torch.Generator().manual_seed(self.seed)
         self._torch_device = self._pick_device()
