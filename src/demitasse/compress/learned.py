@@ -11,6 +11,10 @@ the Compressor persistence hooks.
 
 Inputs are first centred and rotated onto their principal axes (``rotate=True``): a fixed,
 lossless change of basis that lets the networks start from PCA instead of from truncation.
+
+``transform`` does not run the network as it trains: each subclass folds it, once per fitted
+network and width, into a few matrix products (:mod:`demitasse.compress.folding`), with the
+same outputs up to rounding; ``reference_transform`` runs the unfolded network.
 """
 
 from __future__ import annotations
@@ -540,14 +544,14 @@ class LearnedCompressor(Compressor):
         # Keyed on the network object too: fit, extend and load put a new one in place.
         plans: dict[tuple[int, int], Plan | None] = self.__dict__.setdefault("_plans", {})
         key = (id(self.network_), dim)
-        if key not in plans:
-            if any(network != key[0] for network, _ in plans):
-                plans.clear()
-            mean, rotation = self.input_mean_, self.input_rotation_
-            plans[key] = self._plan(
-                Rotation(torch.from_numpy(mean), torch.from_numpy(rotation)), dim
-            )
-        return plans[key]
+        if key in plans:
+            return plans[key]
+        if any(network != key[0] for network, _ in plans):
+            plans.clear()
+        mean, rotation = self.input_mean_, self.input_rotation_
+        plan = self._plan(Rotation(torch.from_numpy(mean), torch.from_numpy(rotation)), dim)
+        plans[key] = plan  # threads that race here build the same plan
+        return plan
 
     def reference_transform(self, X: Any, dim: int | None = None) -> np.ndarray:
         """``transform`` through the network as it trains (rotation, then every layer as
