@@ -73,3 +73,21 @@ def test_a_refit_does_not_reuse_the_old_plan() -> None:
     after = compressor.transform(X, dim=8)
     assert not np.allclose(before, after)
     np.testing.assert_allclose(after, compressor.reference_transform(X, dim=8), atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("method", "narrow", "wide"),
+    [("adaptor", 5, 100), ("adaptor", 32, 40), ("smec", 5, 8), ("smec", 20, 32)],
+)
+def test_a_narrow_transform_is_an_exact_prefix_of_a_wider_one(
+    method: str, narrow: int, wide: int
+) -> None:
+    """Products of another shape round differently: the plan keeps their shapes fixed."""
+    X = unit_rows(600, 128, seed=0, spread=True)
+    compressor = make_compressor(method, dim=100 if method == "adaptor" else 32, **FAST).fit(X)
+    shaken(compressor, seed=3)  # type: ignore[arg-type]
+    compressor._plans = {}  # type: ignore[attr-defined]
+    Y = unit_rows(400, 128, seed=4)
+    np.testing.assert_array_equal(
+        compressor.transform(Y, dim=narrow), compressor.transform(Y, dim=wide)[:, :narrow]
+    )

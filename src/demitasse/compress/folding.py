@@ -9,7 +9,8 @@ all of those that are linear in the same input can be multiplied out once:
 * an ADS selection mask zeroes rows of the matrices that read the masked input;
 * every matrix that reads the raw embedding (the adaptor's hidden layer and residual, every
   SMEC stage's context part) is stacked into one product;
-* output columns past the requested width are dropped before they are computed.
+* output columns past the requested width are not computed, as far as that keeps
+  ``transform(dim=k)`` an exact prefix of every wider transform.
 
 A plan holds only weights derived from the fitted network (nothing is saved: a loaded
 compressor builds its plan again), and it computes what the network computes, up to
@@ -53,34 +54,46 @@ def _f32(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return tuple(t.float().contiguous() for t in tensors)
 
 
+#: Output columns per product of the adaptor's last layer. Products of fixed shapes keep
+#: ``transform(dim=k)`` an exact prefix of every wider transform (a product's last bits
+#: depend on its shape), while a narrow width computes only the blocks it keeps.
+OUTPUT_BLOCK = 32
+
+
 def adaptor_plan(rotation: Rotation, network: Any, dim: int) -> Plan:
-    """``u + out(gelu(hidden(u)))``, first ``dim`` outputs: one product for the hidden layer
-    and the residual together, one for the output layer."""
+    """``u + out(gelu(hidden(u)))``, first ``dim`` outputs: one product for the hidden layer,
+    then per block of ``OUTPUT_BLOCK`` outputs one for the residual and one for the output
+    layer."""
     # network: the adaptor's ResidualMLP (a class local to a function, hence Any).
     hidden, out = network.hidden, network.out
-    width = hidden.weight.shape[0]
-    eye = torch.eye(rotation.rotation.shape[0], dtype=torch.float64)[:, :dim]
-    W, b = rotation.reads_input(torch.cat([hidden.weight.T.double(), eye], 1), None)
-    b = b + torch.cat([hidden.bias.double(), out.bias[:dim].double()])
-    W, b, out_w = _f32(W, b, out.weight[:dim].T)
+    W1, b1 = rotation.reads_input(hidden.weight.T, hidden.bias)
+    eye = torch.eye(rotation.rotation.shape[0], dtype=torch.float64)
+    residual, residual_b = rotation.reads_input(eye, out.bias)
+    W1, b1, residual, residual_b, out_w = _f32(W1, b1, residual, residual_b, out.weight.T)
+    blocks = [
+        (residual_b[i : i + OUTPUT_BLOCK], residual[:, i : i + OUTPUT_BLOCK],
+         out_w[:, i : i + OUTPUT_BLOCK].contiguous())
+        for i in range(0, dim, OUTPUT_BLOCK)
+    ]  # fmt: skip
 
     def plan(X: torch.Tensor) -> torch.Tensor:
-        Z = torch.addmm(b, X, W)
-        return torch.addmm(Z[:, width:], F.gelu(Z[:, :width]), out_w)
+        G = F.gelu(torch.addmm(b1, X, W1))
+        parts = [torch.addmm(b, X, R).addmm_(G, out) for b, R, out in blocks]
+        return torch.cat(parts, 1)[:, :dim]
 
     return plan
 
 
-def _stage_matrices(stage: SelectionStage, dim: int) -> tuple[torch.Tensor, ...]:
+def _stage_matrices(stage: SelectionStage) -> tuple[torch.Tensor, ...]:
     """A SMEC stage's weights with its inference selection folded in: (reads the previous
     output: hidden part, linear part), reads the context, hidden bias, output layer, output
-    bias; output columns past ``dim`` dropped."""
+    bias."""
     d_in = stage.linear.weight.shape[1]
     mask = torch.zeros(d_in, dtype=torch.float64)
     mask[stage.selected()] = 1.0
     hidden_w = stage.hidden.weight.double()
     from_h = torch.cat(
-        [hidden_w[:, :d_in].T, stage.linear.weight[:dim].T.double()],
+        [hidden_w[:, :d_in].T, stage.linear.weight.T.double()],
         1,
     ) * mask.unsqueeze(1)
     out = stage.out
@@ -88,8 +101,8 @@ def _stage_matrices(stage: SelectionStage, dim: int) -> tuple[torch.Tensor, ...]
         from_h,
         hidden_w[:, d_in:].T,
         stage.hidden.bias.double(),
-        out.weight[:dim].T.double(),
-        out.bias[:dim].double(),
+        out.weight.T.double(),
+        out.bias.double(),
     )
 
 
@@ -97,9 +110,9 @@ def smec_plan(rotation: Rotation, stages: Sequence[SelectionStage], dim: int) ->
     """A chain of SMEC stages, first ``dim`` outputs of the last: one product reads the raw
     embedding for every stage (the first stage's input is the rotated embedding itself);
     then per stage one product of the previous output (selection folded in) and one of the
-    MLP's hidden layer."""
-    parts = [_stage_matrices(s, dim if i + 1 == len(stages) else s.d_out)
-             for i, s in enumerate(stages)]  # fmt: skip
+    MLP's hidden layer. The last stage is computed at its full width, so every width it
+    serves is an exact prefix of the others (and it is at most twice ``dim``)."""
+    parts = [_stage_matrices(stage) for stage in stages]
     width = parts[0][1].shape[1]
     first_h, first_ctx, first_b, _, first_ob = parts[0]
     # Stage 1 reads u twice (as the selected input and as the context): one matrix.
@@ -121,7 +134,7 @@ def smec_plan(rotation: Rotation, stages: Sequence[SelectionStage], dim: int) ->
             both = h @ from_h
             g = F.gelu(both[:, :width] + context)
             h = torch.addmm(both[:, width:] + out_b, g, out_w)
-        return h
+        return h[:, :dim]
 
     return plan
 
