@@ -16,6 +16,8 @@ from demitasse.compress.params import Integers
 if TYPE_CHECKING:
     import torch
 
+    from demitasse.compress.folding import Plan, Rotation
+
 
 def residual_mlp(width: int, hidden: int) -> torch.nn.Module:
     """``u + f(u)`` with f a one-hidden-layer GELU MLP whose output layer starts at zero."""
@@ -139,3 +141,8 @@ class MatryoshkaAdaptor(LearnedCompressor):
 
     def _encode(self, U: torch.Tensor, dim: int) -> torch.Tensor:
         return self.network_(U)[:, :dim]
+
+    def _plan(self, rotation: Rotation, dim: int) -> Plan:
+        from demitasse.compress.folding import adaptor_plan
+
+        return adaptor_plan(rotation, self.network_, dim)

@@ -11,6 +11,10 @@ the Compressor persistence hooks.
 
 Inputs are first centred and rotated onto their principal axes (``rotate=True``): a fixed,
 lossless change of basis that lets the networks start from PCA instead of from truncation.
+
+``transform`` does not run the network as it trains: each subclass folds it, once per fitted
+network and width, into a few matrix products (:mod:`demitasse.compress.folding`), with the
+same outputs up to rounding; ``reference_transform`` runs the unfolded network.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from demitasse.loop import LoopSettings, run_loop
 
 if TYPE_CHECKING:
     import torch
+
+    from demitasse.compress.folding import Plan, Rotation
 
 #: A batch loss: (rows of the fit data, training?) -> scalar tensor.
 BatchLoss = Callable[["torch.Tensor", bool], "torch.Tensor"]
@@ -266,11 +272,17 @@ class LearnedCompressor(Compressor):
         """Compressed [n, dim] vectors of rotated inputs (eval mode, no grad)."""
         raise NotImplementedError
 
+    def _plan(self, rotation: Rotation, dim: int) -> Plan | None:
+        """The network folded for inference at ``dim`` (see :mod:`~demitasse.compress.folding`);
+        None transforms through ``_encode``."""
+        return None
+
     # ---- fit ---------------------------------------------------------------------------------
 
     def _fit(self, X: np.ndarray, **supervision: Any) -> None:
         import torch
 
+        self._plans: dict[tuple[int, int], Plan | None] = {}  # trained in place: same id
         torch.manual_seed(self.seed)
         self._generator = torch.Generator().manual_seed(self.seed)
         self._torch_device = self._pick_device()
@@ -518,10 +530,39 @@ class LearnedCompressor(Compressor):
         import torch
 
         with torch.inference_mode():
-            U = (torch.from_numpy(X) - torch.from_numpy(self.input_mean_)) @ torch.from_numpy(
-                self.input_rotation_
-            )
-            return self._encode(U, dim).numpy()
+            plan = self._folded(dim)
+            if plan is not None:
+                return plan(torch.from_numpy(X)).numpy()
+            return self._encode(self._rotate(torch.from_numpy(X)), dim).numpy()
+
+    def _folded(self, dim: int) -> Plan | None:
+        """The inference plan at ``dim``, built once per fitted network."""
+        import torch
+
+        from demitasse.compress.folding import Rotation
+
+        # Keyed on the network object too: fit, extend and load put a new one in place.
+        plans: dict[tuple[int, int], Plan | None] = self.__dict__.setdefault("_plans", {})
+        key = (id(self.network_), dim)
+        if key in plans:
+            return plans[key]
+        if any(network != key[0] for network, _ in plans):
+            plans.clear()
+        mean, rotation = self.input_mean_, self.input_rotation_
+        plan = self._plan(Rotation(torch.from_numpy(mean), torch.from_numpy(rotation)), dim)
+        plans[key] = plan  # threads that race here build the same plan
+        return plan
+
+    def reference_transform(self, X: Any, dim: int | None = None) -> np.ndarray:
+        """``transform`` through the network as it trains (rotation, then every layer as
+        written), not through the folded inference plan: for checking the plan."""
+        import torch
+
+        self._check_fitted("reference_transform")
+        k = self._resolve_dim(dim)
+        X = np.ascontiguousarray(as_matrix(X), dtype=np.float32)
+        with torch.inference_mode():
+            return self._encode(self._rotate(torch.from_numpy(X)), k).numpy()
 
     def _state(self) -> dict[str, np.ndarray]:
         arrays = {"input_mean_": self.input_mean_, "input_rotation_": self.input_rotation_}
@@ -541,6 +582,7 @@ class LearnedCompressor(Compressor):
         classes are defined inside functions, which pickle cannot name, so its weights travel
         instead and ``__setstate__`` rebuilds it (as ``load`` does from state.safetensors)."""
         state = dict(super().__getstate__())  # object.__getstate__ gives __dict__ itself
+        state.pop("_plans", None)  # closures: rebuilt on the first transform
         network = state.get("network_")
         if network is not None:
             state["network_"] = {k: v.detach().cpu() for k, v in network.state_dict().items()}
@@ -567,3 +609,4 @@ class LearnedCompressor(Compressor):
         }
         network.load_state_dict(state)
         self.network_ = network.eval()
+        self._plans = {}

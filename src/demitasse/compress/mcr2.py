@@ -39,6 +39,8 @@ from demitasse.errors import DataError
 if TYPE_CHECKING:
     import torch
 
+    from demitasse.compress.folding import Plan, Rotation
+
 
 def coding_rate(Z: torch.Tensor, eps: float) -> torch.Tensor:
     """R_ε(Z) = ½ logdet(I + d/(n ε²) ZᵀZ) of the rows of ``Z`` [n, d] (nats)."""
@@ -308,6 +310,11 @@ class MCR2(LearnedCompressor):
 
     def _encode(self, U: torch.Tensor, dim: int) -> torch.Tensor:
         return self.network_(U)[0]
+
+    def _plan(self, rotation: Rotation, dim: int) -> Plan:
+        from demitasse.compress.folding import mcr2_plan
+
+        return mcr2_plan(rotation, self.network_)
 
     # ---- clusters ----------------------------------------------------------------------------
 

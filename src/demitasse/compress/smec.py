@@ -63,6 +63,7 @@ from demitasse.errors import CompressorError
 if TYPE_CHECKING:
     import torch
 
+    from demitasse.compress.folding import Plan, Rotation
     from demitasse.compress.smec_stage import SelectionStage
 
 # Importance logits start at a standardised prior (log-variance or position) × this: the
@@ -214,8 +215,14 @@ class _GroupObjective:
         # compressed again by the current stages, in the same pass (same ADS sample).
         extra, where = stored[0][nearest].unique(return_inverse=True)
         everything = torch.cat([rows, extra])
-        outputs = self.chain(H[everything], U[everything])
         n = len(rows)
+        for stage in self.trained:
+            stage.soft_rows = n  # the ADS term reads the batch's rows only
+        try:
+            outputs = self.chain(H[everything], U[everything])
+        finally:
+            for stage in self.trained:
+                stage.soft_rows = None
         neighbours = _Neighbours(stored_x[nearest], [out[n:][where] for out in outputs])
         return [out[:n] for out in outputs], neighbours
 
@@ -375,13 +382,23 @@ class SMEC(LearnedCompressor):
         return cast("list[SelectionStage]", list(self.network_.children()))
 
     def _encode(self, U: torch.Tensor, dim: int) -> torch.Tensor:
-        stages = self._stages()
         h = U
-        for index, stage in enumerate(stages):
+        for stage in self._chain(dim):
             h = stage(h, U)
-            if index + 1 == len(stages) or stages[index + 1].d_out < dim:
-                break
         return h[:, :dim]
+
+    def _chain(self, dim: int) -> list[SelectionStage]:
+        """The stages run for ``dim``: up to the smallest of width >= ``dim``."""
+        stages = self._stages()
+        for index in range(len(stages)):
+            if index + 1 == len(stages) or stages[index + 1].d_out < dim:
+                return stages[: index + 1]
+        return stages
+
+    def _plan(self, rotation: Rotation, dim: int) -> Plan:
+        from demitasse.compress.folding import smec_plan
+
+        return smec_plan(rotation, self._chain(dim), dim)
 
     def prefix_dims(self, dim: int | None = None) -> list[int]:
         """Widths above the largest stage narrower than ``dim``: below it a narrower stage runs,
@@ -565,6 +582,7 @@ class SMEC(LearnedCompressor):
         network = self._build_network()
         network.load_state_dict(old, strict=False)
         self.network_ = network.to(self._torch_device)
+        self._plans = {}
         self._supervised = self._prepare_supervision(supervision, X.shape[1])
         X_t = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32)).to(self._torch_device)
         self._split_rows(X.shape[0])

@@ -49,6 +49,9 @@ class SelectionStage(torch.nn.Module):
         self.register_buffer("prefix", prefix, persistent=False)
         self.soft_mask: torch.Tensor | None = None
         self.soft_output: torch.Tensor | None = None
+        #: Rows of the next inputs the ADS term reads (None: all): the relaxed pass is as
+        #: costly as the forward pass, and refreshed memory neighbours need only the latter.
+        self.soft_rows: int | None = None
 
     def selected(self) -> torch.Tensor:
         """Indices of the inputs used at inference, most important first."""
@@ -89,7 +92,9 @@ class SelectionStage(torch.nn.Module):
         # masked input pushed through the (detached) reduction trained on the hard selection.
         # At the hard point itself the gradient only says how to rescale dims that are already
         # selected, which the reduction's weights make meaningless.
-        self.soft_output = (
-            None if self.soft_mask is None else self.reduce(h * self.soft_mask, context, True)
-        )
+        if self.soft_mask is None:
+            self.soft_output = None
+        else:
+            rows = slice(self.soft_rows)
+            self.soft_output = self.reduce(h[rows] * self.soft_mask, context[rows], True)
         return out
