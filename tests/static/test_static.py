@@ -272,6 +272,9 @@ def test_cli_distill_static_rejects_bad_input_with_exit_code_2(
     err = capsys.readouterr().err.strip()
     assert err.startswith("demitasse: error:") and "\n" not in err
     assert main(["distill-static", "--corpus", str(tmp_path), "--out", "x", "--dim", "0"]) == 2
+    assert (
+        main(["distill-static", "--corpus", str(tmp_path), "--out", "x", "--min-count", "0"]) == 2
+    )
 
 
 def test_cross_lingual_alignment_finds_translations_it_could_not_before(
