@@ -1,7 +1,7 @@
 """Choices for the static recipe on dev data only: STS-B dev, SICK-R trial, SciFact train queries.
 
     python benchmarks/static_device/choose.py --data-dir ../shared/data --teacher all-MiniLM-L6-v2 \
-        --min-count 2 5 --distill
+        --min-count 2 5 --distill --output benchmarks/results/static_choices.json
 
 Reads the extraction that import_extraction.py left in the static cache (vocabulary at the
 smallest min_count; a larger min_count keeps its prefix, which is exact: a word's vector does
@@ -27,6 +27,7 @@ from demitasse.evaluation import evaluate_grid, spearman_x100
 from demitasse.evaluation.retrieval import RetrievalTask
 from demitasse.loading import load_encoder
 from demitasse.static import StaticModel
+from demitasse.static.extract import COUNTS_FILE
 from demitasse.static.pipeline import StaticRecipe, _distill_stage, _reduce_stage, shuffled_corpus
 from demitasse.static.vocabulary import static_tokenizer
 
@@ -62,8 +63,8 @@ def main() -> int:
     parser.add_argument("--min-count", type=int, nargs="+", default=[2])
     parser.add_argument("--distill", action="store_true")
     parser.add_argument("--steps", type=int, default=40_000)
+    parser.add_argument("--output", type=Path, default=None, help="also write the rows (JSON)")
     parser.add_argument("--keep", default="/tmp/static/models", help="where models are saved")
-    parser.add_argument("--counts", default="/tmp/static/counts_full.json")
     args = parser.parse_args()
     data_dir = str(resolve_data_dir(args.data_dir))
     corpus = shuffled_corpus(Path(data_dir) / "unlabeled" / "en", None, 0)
@@ -73,7 +74,16 @@ def main() -> int:
     texts = [corpus[i] for i in np.flatnonzero(encoded)]
     teacher = load_encoder(args.teacher)
     base = teacher.tokenizer.backend_tokenizer  # type: ignore[attr-defined]
-    counts = Counter(json.loads(Path(args.counts).read_text()))
+    # import_extraction.py --counts put them where the extractor keeps its counts.
+    counts = Counter(json.loads((work / "checkpoints" / COUNTS_FILE).read_text())["counts"])
+    rows: list[dict] = []
+
+    def emit(row: dict) -> None:
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if args.output:
+            args.output.write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}))
+
     scifact = RetrievalTask(load_beir(Path(data_dir) / "beir" / "scifact", "train"))
     for min_count in args.min_count:
         model = subset(extracted, base, counts, min_count)
@@ -82,31 +92,16 @@ def main() -> int:
         keep = Path(args.keep) / f"{args.teacher}-{min_count}"
         reduced.save(keep / "reduced")
         row = {"teacher": args.teacher, "min_count": min_count, "vocabulary": len(model.vectors)}
-        print(
-            json.dumps({**row, "stage": "extracted", **dev_scores(model, data_dir, scifact)}),
-            flush=True,
-        )
-        print(
-            json.dumps({**row, "stage": "reduced", **dev_scores(reduced, data_dir, scifact)}),
-            flush=True,
-        )
+        emit({**row, "stage": "extracted", **dev_scores(model, data_dir, scifact)})
+        emit({**row, "stage": "reduced", **dev_scores(reduced, data_dir, scifact)})
         if args.distill:
             started = time.perf_counter()
             distiller, _ = _distill_stage(teacher, reduced, texts, recipe, True)  # type: ignore[arg-type]
             distiller.model_.save(keep / "distilled")
             scores = dev_scores(distiller.model_, data_dir, scifact)
-            print(
-                json.dumps(
-                    {
-                        **row,
-                        "stage": "distilled",
-                        "best_step": distiller.best_step_,
-                        "seconds": time.perf_counter() - started,
-                        **scores,
-                    }
-                ),
-                flush=True,
-            )
+            seconds = time.perf_counter() - started
+            emit({**row, "stage": "distilled", "best_step": distiller.best_step_,
+                  "seconds": seconds, **scores})  # fmt: skip
     return 0
 
 
