@@ -324,7 +324,7 @@ def main() -> int:
     # ---- throughput (same process, same threads) and peak memory (a fresh process each) ----------
     speed, memory = throughput(peers, texts, args, static_dir, records)
     for record in records:
-        ours = record.method not in ("model2vec", "wordllama", "teacher")
+        ours = record.model.startswith("static-") and record.method != "model2vec"
         record.extra.setdefault("teacher", DISTILL_TEACHER if ours else TEACHER)
     output = args.output or HERE / "results"
     write_records(output / f"{NAME}.json", records)

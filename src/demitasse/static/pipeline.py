@@ -196,6 +196,11 @@ def write_stage_summary(stages: StaticStages, path: Path) -> None:
             "encoded_sentences": int(stages.encoded.sum()),
             "vocabulary": len(stages.distilled.vectors),
             "best_step": stages.distiller.best_step_,
-            "history": stages.distiller.history_,
+            # The first validation comes before any training step: its train loss is NaN,
+            # which JSON cannot hold.
+            "history": [
+                {k: None if v != v else v for k, v in entry.items()}
+                for entry in stages.distiller.history_
+            ],
         },
     )
