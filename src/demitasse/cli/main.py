@@ -277,7 +277,7 @@ def _add_distill_static_parser(commands: Any) -> None:
     static.add_argument("--corpus", required=True, help="text file or folder of *.txt(.gz)")
     static.add_argument("--out", required=True, help="directory for the static model")
     static.add_argument(
-        "--teacher", default="all-mpnet-base-v2", help="path or packaged name (WordPiece)"
+        "--teacher", default="all-MiniLM-L6-v2", help="path or packaged name (WordPiece)"
     )
     static.add_argument("--dim", type=positive_int, default=256)
     static.add_argument(
