@@ -269,6 +269,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--max-sentences", type=int, default=None, help="default: all")
     parser.add_argument("--harvest-limit", type=int, default=None)
+    # 2: the vocabulary of the whole-corpus extraction carried back from the device machine
+    parser.add_argument("--min-count", type=int, default=2)
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3, help="throughput repetitions")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for every model")
@@ -293,6 +295,7 @@ def main() -> int:
     recipe = StaticRecipe(
         dim=DIM,
         max_sentences=args.max_sentences,
+        min_count=args.min_count,
         harvest_limit=args.harvest_limit,
         max_steps=args.steps,
     )

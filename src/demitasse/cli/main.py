@@ -281,14 +281,14 @@ def _add_distill_static_parser(commands: Any) -> None:
     )
     static.add_argument("--dim", type=positive_int, default=256)
     static.add_argument(
-        "--max-sentences", type=positive_int, default=None, help="default: the whole corpus"
+        "--max-sentences", type=positive_int, default=250_000, help="shuffled corpus sentences"
     )
     static.add_argument(
-        "--min-count", type=positive_int, default=2, help="corpus occurrences to be a word"
+        "--min-count", type=positive_int, default=5, help="corpus occurrences to be a word"
     )
     static.add_argument("--harvest-limit", type=positive_int, default=None)
     static.add_argument(
-        "--steps", type=positive_int, default=40_000, help="most distillation steps"
+        "--steps", type=positive_int, default=10_000, help="most distillation steps"
     )
     static.add_argument("--lr", type=positive_float, default=3e-3)
     static.add_argument("--work-dir", default=None, help="extraction checkpoints (resumable)")
