@@ -14,12 +14,15 @@ the ablation's steps and the translation pairs: grids/static.toml.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
+import json
 import os
 import resource
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +47,7 @@ from demitasse.report import markdown_table
 from demitasse.report.plots import save_figure
 from demitasse.report.results_file import update_section
 from demitasse.static import StaticModel
+from demitasse.static.extract import COUNTS_FILE
 from demitasse.static.pca import StaticPCA
 from demitasse.static.pipeline import (
     StaticRecipe,
@@ -51,23 +55,34 @@ from demitasse.static.pipeline import (
     distill_static,
     write_stage_summary,
 )
+from demitasse.static.vocabulary import static_tokenizer
 
 NAME = "static"
 PEERS = ("ours", "model2vec", "wordllama", "teacher")
 STAGES = ("extracted", "reduced", "distilled")
 SIDES = ("teacher", "english", "initial", "aligned")
+PATHS = (
+    "earlier path: Rust BERT normaliser, unknown ids dropped per text, gather + np.add.reduceat",
+    "+ mean as one sparse count-matrix product",
+    "+ printable ASCII lower-cased in Python, no Rust normaliser (ours)",
+)
 
 
 @dataclass(frozen=True)
 class AblationStep:
-    """A stage of our recipe, or a PCA (StaticPCA options) of the extracted vectors."""
+    """One of: a stage of our recipe; a PCA (StaticPCA options) of the extracted vectors; our
+    distilled model with its vocabulary cut to the corpus words seen ``min_count`` times; or
+    the whole recipe with another ``teacher``."""
 
     stage: str | None = None
     pca: dict[str, Any] | None = None
+    min_count: int | None = None
+    teacher: str | None = None
 
     def __post_init__(self) -> None:
-        if (self.stage is None) == (self.pca is None):
-            raise ValueError("an ablation step names either a 'stage' or 'pca' options")
+        chosen = [v for v in (self.stage, self.pca, self.min_count, self.teacher) if v is not None]
+        if len(chosen) != 1:
+            raise ValueError("an ablation step names one of 'stage', 'pca', 'min_count', 'teacher'")
         if self.stage is not None and self.stage not in STAGES:
             raise ValueError(f"unknown stage {self.stage!r}; known: {', '.join(STAGES)}")
 
@@ -75,6 +90,7 @@ class AblationStep:
 @dataclass(frozen=True)
 class Grid:
     teacher: str
+    distill_teacher: str
     dim: int
     speed_texts: int
     memory_texts: int
@@ -91,7 +107,8 @@ class Grid:
 
 GRID = grid(NAME, Grid)
 PROSE = template(NAME)
-TEACHER = GRID.teacher
+TEACHER = GRID.teacher  # the teacher row and Model2Vec's teacher
+DISTILL_TEACHER = GRID.distill_teacher  # our static model's teacher
 DIM = GRID.dim
 SPEED_TEXTS = GRID.speed_texts
 MEMORY_TEXTS = GRID.memory_texts
@@ -113,6 +130,36 @@ class CallableEncoder:
 
     def encode_layers(self, texts: Sequence[str], layers=None, batch_size: int = 32):
         return {1: self.encode(texts)}
+
+
+def reduceat_mean(vectors: np.ndarray, ids: list[list[int]]) -> np.ndarray:
+    """The mean of token vectors as StaticModel computed it before the sparse product."""
+    lengths = np.fromiter((len(row) for row in ids), dtype=np.int64, count=len(ids))
+    out = np.zeros((len(ids), vectors.shape[1]), dtype=np.float32)
+    filled = np.flatnonzero(lengths)
+    if len(filled):
+        flat = np.concatenate([np.asarray(ids[i], dtype=np.int64) for i in filled])
+        starts = np.concatenate([[0], np.cumsum(lengths[filled])[:-1]])
+        out[filled] = np.add.reduceat(vectors[flat], starts, axis=0) / lengths[filled, None]
+    return out
+
+
+def encode_paths(model: StaticModel) -> dict[str, object]:
+    """Our model through the earlier encode path, through the sparse mean alone, and as is."""
+
+    def old(texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), model.dim), dtype=np.float32)
+        for start in range(0, len(texts), 2048):
+            ids = model.token_ids(texts[start : start + 2048])  # unknown ids dropped in Python
+            out[start : start + len(ids)] = reduceat_mean(model.vectors, ids)
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+
+    sparse = StaticModel(model.vectors, model.tokenizer, name=model.name)
+    sparse._plain = None  # every text through the Rust normaliser
+    return {
+        PATHS[0]: CallableEncoder(model.name, model.dim, old),
+        PATHS[1]: sparse,
+    }  # PATHS[2] is our model as is: the "ours" row's own timing
 
 
 def model2vec_peer() -> CallableEncoder:
@@ -220,8 +267,10 @@ def score(
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--max-sentences", type=int, default=250_000)
+    parser.add_argument("--max-sentences", type=int, default=None, help="default: all")
     parser.add_argument("--harvest-limit", type=int, default=None)
+    # 2: the vocabulary of the whole-corpus extraction carried back from the device machine
+    parser.add_argument("--min-count", type=int, default=2)
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3, help="throughput repetitions")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for every model")
@@ -246,12 +295,15 @@ def main() -> int:
     recipe = StaticRecipe(
         dim=DIM,
         max_sentences=args.max_sentences,
+        min_count=args.min_count,
         harvest_limit=args.harvest_limit,
         max_steps=args.steps,
     )
     corpus_dir = Path(args.data_dir) / "unlabeled" / "en"
-    stages = distill_static(teacher, corpus_dir, recipe=recipe, progress=True)
-    work = cache_root() / "static" / f"{teacher.name}-{len(stages.corpus)}"
+    ours_teacher = teacher if DISTILL_TEACHER == TEACHER else load_encoder(DISTILL_TEACHER)
+    assert isinstance(ours_teacher, TransformerEncoder)
+    stages = distill_static(ours_teacher, corpus_dir, recipe=recipe, progress=True)
+    work = cache_root() / "static" / f"{ours_teacher.name}-{len(stages.corpus)}"
     static_dir = work / f"distilled-{DIM}"
     stages.distilled.save(static_dir)
     write_stage_summary(stages, work / "summary.json")
@@ -275,9 +327,11 @@ def main() -> int:
     translation_rows, translation_s = cross_lingual(stages.distilled, teacher, args, records)
 
     # ---- throughput (same process, same threads) and peak memory (a fresh process each) ----------
-    speed, memory = throughput(peers, texts, args, static_dir, records)
+    with timing_lock():  # no other benchmark's timings run alongside ours
+        speed, memory = throughput(peers, texts, args, static_dir, records)
     for record in records:
-        record.extra.setdefault("teacher", TEACHER)
+        ours = record.model.startswith("static-") and record.method != "model2vec"
+        record.extra.setdefault("teacher", DISTILL_TEACHER if ours else TEACHER)
     output = args.output or HERE / "results"
     write_records(output / f"{NAME}.json", records)
     plot = plot_speed(records, speed, output / f"{NAME}.png")
@@ -289,6 +343,13 @@ def main() -> int:
         **values,
         n_texts=f"{len(texts):,}",
         gaps=", ".join(f"{name} {gap:.1e}" for name, gap in export_gap.items()),
+        path_table=markdown_table(
+            ["encode path (our model)", "sentences/s", "load avg (1 min) before → after"],
+            [
+                [path, round(speed[key]), load_of(records, key)]
+                for path, key in zip(PATHS, [*PATHS[:2], "ours"], strict=True)
+            ],
+        ),
         ablation_table=markdown_table(
             ["stage (Table 6)", "dim", "STS avg (7)", "STS-B dev"], ablation_rows
         ),
@@ -313,16 +374,47 @@ def ablation(
     records: list[ResultRecord] = []
     rows = []
     for label, step in GRID.ablation.items():
-        if step.stage is not None:
-            model: StaticModel = getattr(stages, step.stage)
-        else:
-            pca = StaticPCA(DIM, **(step.pca or {}))
-            model = pca.fit(stages.extracted, sample).transform(stages.extracted)
-        model.name = f"static-{TEACHER}"
+        model = ablation_model(stages, step, sample, recipe, args.data_dir)
         found = evaluate(model, sts, label)
         records += found
         rows.append([label, model.dim, score(found, label, "sts"), stsb_dev(model, args.data_dir)])
     return records, rows
+
+
+def ablation_model(
+    stages: StaticStages,
+    step: AblationStep,
+    sample: list[str],
+    recipe: StaticRecipe,
+    data_dir: str,
+) -> StaticModel:
+    if step.stage is not None:
+        model: StaticModel = getattr(stages, step.stage)
+    elif step.pca is not None:
+        pca = StaticPCA(DIM, **step.pca)
+        model = pca.fit(stages.extracted, sample).transform(stages.extracted)
+    elif step.min_count is not None:
+        model = smaller_vocabulary(stages, step.min_count)
+    else:
+        corpus_dir = Path(data_dir) / "unlabeled" / "en"
+        return distill_static(str(step.teacher), corpus_dir, recipe=recipe).distilled
+    model.name = f"static-{DISTILL_TEACHER}"
+    return model
+
+
+def smaller_vocabulary(stages: StaticStages, min_count: int) -> StaticModel:
+    """Our distilled model keeping the teacher's tokens and the corpus words seen ≥ min_count
+    times (the vocabulary is sorted by count, so that is a prefix)."""
+    model = stages.distilled
+    work = cache_root() / "static" / f"{DISTILL_TEACHER}-{len(stages.corpus)}"
+    counts = json.loads((work / "checkpoints" / COUNTS_FILE).read_text())["counts"]
+    vocab = model.tokenizer.get_vocab()
+    words = sorted(vocab, key=vocab.__getitem__)
+    n_base = int(stages.extracted.metadata["base_tokens"])
+    keep = n_base + sum(1 for word in words[n_base:] if counts.get(word, 0) >= min_count)
+    base = load_encoder(DISTILL_TEACHER).tokenizer.backend_tokenizer  # type: ignore[attr-defined]
+    tokenizer = static_tokenizer(base, words[:keep])
+    return StaticModel(model.vectors[:keep], tokenizer, name=model.name)
 
 
 def throughput(
@@ -335,20 +427,24 @@ def throughput(
     """Sentences/s of every model in this process (same threads) and the peak memory of a
     fresh process per model; the throughput records are added to ``records``."""
     timed = {**peers, "teacher": load_encoder(TEACHER, cache=False, show_progress=False)}
+    timed |= encode_paths(peers["ours"])  # type: ignore[arg-type]
     speed: dict[str, float] = {}
     memory: dict[str, float] = {}
     for label, encoder in timed.items():
         # The teacher takes minutes per pass on a shared CPU: two passes, the best kept.
         repeats = min(2, args.repeats) if label == "teacher" else args.repeats
+        load_before = os.getloadavg()[0]
         [record] = measure_encode_throughput(
             encoder,  # type: ignore[arg-type]
             texts,
             layers=[encoder.num_layers],  # type: ignore[attr-defined]
             repeats=repeats,
         )
-        memory[label] = peak_memory(label, args, static_dir)
         record.method = label
-        record.extra["peak_rss_mib"] = memory[label]
+        record.extra |= {"threads": args.threads, "load_1min": [load_before, os.getloadavg()[0]]}
+        if label in ROWS:
+            memory[label] = peak_memory(label, args, static_dir)
+            record.extra["peak_rss_mib"] = memory[label]
         speed[label] = record.score
         records.append(record)
     memory["none"] = peak_memory("none", args, static_dir)
@@ -418,11 +514,28 @@ def cross_lingual(english: StaticModel, teacher: TransformerEncoder, args, recor
     return rows, seconds
 
 
+@contextlib.contextmanager
+def timing_lock() -> Iterator[None]:
+    """The machine-wide lock that timing runs take (``flock /tmp/demitasse-bench.lock``)."""
+    with Path("/tmp/demitasse-bench.lock").open("a") as handle:
+        log("waiting for /tmp/demitasse-bench.lock")
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def load_of(records: list[ResultRecord], label: str) -> str:
+    found = [r.extra["load_1min"] for r in records if r.method == label and "load_1min" in r.extra]
+    return " → ".join(f"{value:.1f}" for value in found[0]) if found else "?"
+
+
 def plot_speed(records: list[ResultRecord], speed: dict[str, float], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for label, rate in speed.items():
+    for label, rate in ((label, speed[label]) for label in ROWS):
         ax.scatter(rate, score(records, label, "sts"), s=40)
         ax.annotate(ROWS[label].split(":")[0], (rate, score(records, label, "sts")), fontsize=8)
     ax.set_xscale("log")
@@ -451,14 +564,31 @@ def section_values(
     command = "python benchmarks/static.py --data-dir ../shared/data"
     for option in ("max_sentences", "harvest_limit", "steps"):
         value = getattr(args, option)
-        if value is not None and value != {"max_sentences": 250_000, "steps": 10_000}.get(option):
+        if value is not None and value != {"steps": 10_000}.get(option):
             command += f" --{option.replace('_', '-')} {value}"
     m2v = f"{m2v_seconds:.0f} s"
     if m2v_seconds < 5:  # loaded from the cache: report the distillation's own wall time
         timing = cache_root() / "static" / f"model2vec-{TEACHER}-{DIM}" / "distill_seconds.txt"
         m2v = PROSE.fill("model2vec_cached", seconds=f"{float(timing.read_text()):.0f}")
     shown = plot.relative_to(HERE.parent) if plot.is_relative_to(HERE.parent) else plot
+    meta = stages.extracted.metadata
+    extraction = (
+        f"on {meta['extracted_on']}, {seconds['extract']:.0f} s there; the corpus words were "
+        "counted on this machine's CPU beforehand and handed over; the teacher's sentence "
+        "embeddings of the harvested sentences came back as int8 with a per-row scale and "
+        "were renormalised into the embedding cache (`benchmarks/static_device/`), and this "
+        "run resumed from that cache"
+        if "extracted_on" in meta
+        else f"on this machine's CPU, {seconds['extract']:.0f} s (2 torch threads, whole runs "
+        "summed over resumptions)"
+    )
+    loads = [v for r in records for v in r.extra.get("load_1min", [])]
+    teacher_dim = stages.extracted.dim
     return {
+        "distill_teacher": DISTILL_TEACHER, "extraction": extraction,
+        "load": f"{min(loads):.1f}–{max(loads):.1f}" if loads else "?",
+        "teacher_dim": teacher_dim,
+        "abtt": recipe.abtt if recipe.abtt is not None else teacher_dim // 100,
         "command": command, "machine": machine_description(), "threads": args.threads,
         "wall_seconds": f"{elapsed:.0f}", "teacher": TEACHER, "min_count": recipe.min_count,
         "n_corpus": f"{len(stages.corpus):,}", "n_entries": f"{len(stages.extracted.vectors):,}",

@@ -272,6 +272,9 @@ def test_cli_distill_static_rejects_bad_input_with_exit_code_2(
     err = capsys.readouterr().err.strip()
     assert err.startswith("demitasse: error:") and "\n" not in err
     assert main(["distill-static", "--corpus", str(tmp_path), "--out", "x", "--dim", "0"]) == 2
+    assert (
+        main(["distill-static", "--corpus", str(tmp_path), "--out", "x", "--min-count", "0"]) == 2
+    )
 
 
 def test_cross_lingual_alignment_finds_translations_it_could_not_before(
@@ -303,3 +306,43 @@ def test_cross_lingual_alignment_finds_translations_it_could_not_before(
     aligner = TranslationAligner(batch_size=32, max_steps=300, eval_every=100, learning_rate=0.05)
     after = accuracy(aligner.fit(foreign, english, train, valid).model_)
     assert after > max(50.0, before + 20.0)
+
+
+def test_mean_vectors_skips_the_unknown_id_and_leaves_empty_rows_zero() -> None:
+    from demitasse.static.model import mean_vectors
+
+    vectors = np.arange(20, dtype=np.float32).reshape(5, 4)
+    ids = [[1, 1, 3], [], [0], [2, 0, 4, 0], [0, 0]]
+    got = mean_vectors(vectors, ids, skip=0)
+    expected = [vectors[[i for i in row if i != 0]].mean(0) if set(row) - {0} else 0 * vectors[0]
+                for row in ids]  # fmt: skip
+    np.testing.assert_allclose(got, np.stack(expected), rtol=1e-6)
+    np.testing.assert_allclose(mean_vectors(vectors, ids)[3], vectors[[2, 0, 4, 0]].mean(0))
+
+
+def test_plain_ascii_path_tokenises_exactly_as_the_full_tokenizer(
+    extractor: WordVectorExtractor,
+) -> None:
+    model = extractor.to_model("static")
+    texts = [
+        "The Man is SINGING guitar.",
+        "A dog, singing: in the park!",
+        "Ça coûte 5€ — naïve café",  # not ASCII: the full normaliser (accents stripped)
+        "tab\tand\nnewline",  # not printable: the full normaliser
+        "odd\x0bcontrol\x7fchars",  # removed by the normaliser, not split on
+        "漢字 mixed with words",
+        "",
+        "   ",
+    ]
+    assert model._plain is not None
+    full = model._block_ids_full(texts)
+    assert model._block_ids(texts) == full
+    printable = [t for t in texts if t.isascii() and t.isprintable()]
+    assert model._block_ids_plain(printable) == model._block_ids_full(printable)
+    expected = np.stack([
+        model.vectors[[i for i in row if i != model.unk_id]].mean(0)
+        if [i for i in row if i != model.unk_id] else np.zeros(model.dim, np.float32)
+        for row in full
+    ])  # fmt: skip
+    norms = np.maximum(np.linalg.norm(expected, axis=1, keepdims=True), 1e-12)
+    np.testing.assert_allclose(model.encode(texts), expected / norms, atol=1e-6)

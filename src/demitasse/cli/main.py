@@ -280,9 +280,16 @@ def _add_distill_static_parser(commands: Any) -> None:
     )
     static.add_argument("--corpus", required=True, help="text file or folder of *.txt(.gz)")
     static.add_argument("--out", required=True, help="directory for the static model")
-    static.add_argument("--teacher", default="all-MiniLM-L6-v2", help="path or packaged name")
+    static.add_argument(
+        "--teacher", default="all-MiniLM-L6-v2", help="path or packaged name (WordPiece)"
+    )
     static.add_argument("--dim", type=positive_int, default=256)
-    static.add_argument("--max-sentences", type=positive_int, default=250_000)
+    static.add_argument(
+        "--max-sentences", type=positive_int, default=250_000, help="shuffled corpus sentences"
+    )
+    static.add_argument(
+        "--min-count", type=positive_int, default=5, help="corpus occurrences to be a word"
+    )
     static.add_argument("--harvest-limit", type=positive_int, default=None)
     static.add_argument(
         "--steps", type=positive_int, default=10_000, help="most distillation steps"
@@ -417,6 +424,7 @@ def _run_distill_static(args: argparse.Namespace) -> int:
     recipe = StaticRecipe(
         dim=args.dim,
         max_sentences=args.max_sentences,
+        min_count=args.min_count,
         harvest_limit=args.harvest_limit,
         max_steps=args.steps,
         learning_rate=args.lr,

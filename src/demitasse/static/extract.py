@@ -213,7 +213,8 @@ class WordVectorExtractor:
                 if teacher.normalize:
                     sentence = torch.nn.functional.normalize(sentence, p=2, dim=1)
                 embeddings[rows] = sentence.float().cpu().numpy()
-                self._add_batch(features, hidden.float())
+                # The bookkeeping indexes with numpy: on a GPU teacher, copy the states back.
+                self._add_batch(features.to("cpu"), hidden.float().cpu())
                 bar.update(len(rows))
         return needed, embeddings[needed]
 
@@ -336,13 +337,10 @@ class WordVectorExtractor:
                 features = teacher.features(words[start : start + batch])
                 hidden = teacher.model(**dict(features)).last_hidden_state
                 mask = features["attention_mask"].clone()
-                special = torch.isin(
-                    features["input_ids"], torch.as_tensor(sorted(self._special_ids))
-                )
+                ids = features["input_ids"]
+                special = torch.isin(ids, torch.as_tensor(sorted(self._special_ids)).to(ids.device))
                 mask[special] = 0
-                out[start : start + len(features["input_ids"])] = (
-                    pool(hidden, mask, "mean").float().numpy()
-                )
+                out[start : start + len(ids)] = pool(hidden, mask, "mean").float().cpu().numpy()
         return out
 
 

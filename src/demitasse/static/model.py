@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.sparse import csr_matrix
 from tokenizers import Tokenizer
 
 from demitasse.data.files import check_texts
@@ -68,6 +69,7 @@ class StaticModel:
         self.normalize = normalize
         self.metadata = dict(metadata or {})
         self.unk_id = _unk_id(tokenizer)
+        self._plain = _plain_text_tokenizer(tokenizer)
 
     @property
     def dim(self) -> int:
@@ -93,12 +95,41 @@ class StaticModel:
             raise DemitasseError(f"layer {layer} does not exist: a static model has one layer")
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(texts), BLOCK_TEXTS):
-            ids = self.token_ids(texts[start : start + BLOCK_TEXTS])
-            out[start : start + len(ids)] = mean_vectors(self.vectors, ids)
+            block = texts[start : start + BLOCK_TEXTS]
+            ids = self._block_ids(block)
+            out[start : start + len(ids)] = mean_vectors(self.vectors, ids, skip=self.unk_id)
         if self.normalize:
             norms = np.linalg.norm(out, axis=1, keepdims=True)
             out /= np.maximum(norms, 1e-12)
         return out
+
+    def _block_ids(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each text, unknown tokens kept (mean_vectors drops them in numpy)."""
+        if self._plain is None:
+            return self._block_ids_full(texts)
+        plain = [i for i, text in enumerate(texts) if text.isascii() and text.isprintable()]
+        if len(plain) == len(texts):
+            return self._block_ids_plain(texts)
+        other = sorted(set(range(len(texts))).difference(plain))
+        ids: list[list[int]] = [[] for _ in texts]
+        for rows, encoder in ((plain, self._block_ids_plain), (other, self._block_ids_full)):
+            for row, found in zip(rows, encoder([texts[i] for i in rows]), strict=True):
+                ids[row] = found
+        return ids
+
+    def _block_ids_full(self, texts: list[str]) -> list[list[int]]:
+        encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+        return [encoding.ids for encoding in encodings]
+
+    def _block_ids_plain(self, texts: list[str]) -> list[list[int]]:
+        # Printable ASCII: the BERT normaliser only lower-cases it (nothing to clean, no
+        # accents, no CJK), which str.lower does far faster than the Rust normaliser, whose
+        # per-character alignment bookkeeping was most of the tokenizer's time.
+        assert self._plain is not None
+        tokenizer, lowercase = self._plain
+        texts = [text.lower() for text in texts] if lowercase else texts
+        encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+        return [encoding.ids for encoding in encodings]
 
     def encode_layers(
         self, texts: Sequence[str], layers: Sequence[int] | None = None, batch_size: int = 32
@@ -171,18 +202,38 @@ def is_static_model_dir(path: str | Path) -> bool:
         return False
 
 
-def mean_vectors(vectors: np.ndarray, ids: Sequence[Sequence[int]]) -> np.ndarray:
-    """Row ``i`` = mean of ``vectors[ids[i]]``; zeros where ``ids[i]`` is empty."""
+def mean_vectors(
+    vectors: np.ndarray, ids: Sequence[Sequence[int]], skip: int | None = None
+) -> np.ndarray:
+    """Row ``i`` = mean of ``vectors[ids[i]]`` leaving out id ``skip``; zeros where no id is
+    left."""
     lengths = np.fromiter((len(row) for row in ids), dtype=np.int64, count=len(ids))
-    out = np.zeros((len(ids), vectors.shape[1]), dtype=np.float32)
-    filled = np.flatnonzero(lengths)
-    if len(filled) == 0:
-        return out
     flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=lengths.sum())
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])[filled]
-    # Empty rows add no tokens, so consecutive non-empty starts bound exactly one row each.
-    out[filled] = np.add.reduceat(vectors[flat], starts, axis=0) / lengths[filled, None]
-    return out
+    if skip is not None and (flat == skip).any():
+        kept = flat != skip
+        lengths = np.bincount(np.repeat(np.arange(len(ids)), lengths)[kept], minlength=len(ids))
+        flat = flat[kept]
+    indptr = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    # A sparse (texts × vocabulary) count matrix times the table: one pass over the token
+    # rows, where gathering vectors[flat] first and reducing it moved several times the
+    # memory and was the slowest step of encoding. Repeated ids in a row simply add up.
+    counts = csr_matrix(
+        (np.ones(len(flat), dtype=np.float32), flat, indptr), shape=(len(ids), len(vectors))
+    )
+    sums = np.asarray(counts @ vectors, dtype=np.float32)
+    return sums / np.maximum(lengths, 1)[:, None].astype(np.float32)
+
+
+def _plain_text_tokenizer(tokenizer: Tokenizer) -> tuple[Tokenizer, bool] | None:
+    """``tokenizer`` without its normaliser and whether to lower-case first, where that is
+    exact for printable ASCII texts (a BERT normaliser); None for any other normaliser."""
+    spec = json.loads(tokenizer.to_str())
+    normalizer = spec.get("normalizer") or {}
+    if normalizer.get("type") != "BertNormalizer":
+        return None
+    spec["normalizer"] = None
+    return Tokenizer.from_str(json.dumps(spec)), bool(normalizer.get("lowercase", True))
 
 
 def _unk_id(tokenizer: Tokenizer) -> int | None:

@@ -29,7 +29,7 @@ class StaticRecipe:
 
     dim: int = 256
     abtt: int | None = None  # None: ⌊teacher dim / 100⌋
-    max_sentences: int | None = 250_000  # corpus sentences (shuffled) counted for the vocabulary
+    max_sentences: int | None = 250_000  # corpus sentences (shuffled; None: all) counted
     harvest_limit: int | None = None  # of those, how many to harvest (None: all)
     max_occurrences: int = 100
     min_count: int = 5
@@ -196,6 +196,11 @@ def write_stage_summary(stages: StaticStages, path: Path) -> None:
             "encoded_sentences": int(stages.encoded.sum()),
             "vocabulary": len(stages.distilled.vectors),
             "best_step": stages.distiller.best_step_,
-            "history": stages.distiller.history_,
+            # The first validation comes before any training step: its train loss is NaN,
+            # which JSON cannot hold.
+            "history": [
+                {k: None if v != v else v for k, v in entry.items()}
+                for entry in stages.distiller.history_
+            ],
         },
     )
