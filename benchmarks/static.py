@@ -267,10 +267,10 @@ def score(
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--max-sentences", type=int, default=None, help="default: all")
+    parser.add_argument("--max-sentences", type=int, default=250_000, help="0: all")
     parser.add_argument("--harvest-limit", type=int, default=None)
     # 2: the vocabulary of the whole-corpus extraction carried back from the device machine
-    parser.add_argument("--min-count", type=int, default=2)
+    parser.add_argument("--min-count", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3, help="throughput repetitions")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for every model")
@@ -294,7 +294,7 @@ def main() -> int:
     assert isinstance(teacher, TransformerEncoder)
     recipe = StaticRecipe(
         dim=DIM,
-        max_sentences=args.max_sentences,
+        max_sentences=args.max_sentences or None,
         min_count=args.min_count,
         harvest_limit=args.harvest_limit,
         max_steps=args.steps,
@@ -562,7 +562,7 @@ def section_values(
     seconds = stages.seconds
     encoded = int(stages.encoded.sum())
     command = "python benchmarks/static.py --data-dir ../shared/data"
-    for option in ("max_sentences", "harvest_limit", "steps"):
+    for option in ("max_sentences", "min_count", "harvest_limit", "steps"):
         value = getattr(args, option)
         if value is not None and value != {"steps": 10_000}.get(option):
             command += f" --{option.replace('_', '-')} {value}"
