@@ -40,7 +40,9 @@ def add_bulk_parsers(commands: Any) -> None:  # argparse's subparsers action
     recompress.add_argument("--input", required=True, help="glob of .parquet files of vectors")
     recompress.add_argument("--vector-column", default="embedding", help="list column of vectors")
     recompress.add_argument(
-        "--id-column", default="id", help="id column, kept when present (else ids '<file>:<row>')"
+        "--id-column",
+        default=None,
+        help="id column (default: 'id' when the files have one, else ids '<file>:<row>')",
     )
     _common(recompress)
 
@@ -105,8 +107,8 @@ def run_bulk_command(args: argparse.Namespace) -> int:
         columns = Columns(args.text_column, args.id_column, "texts")
     else:
         inputs = expand_inputs(args.input, ("parquet",))
-        explicit = "--id-column" in " ".join(sys.argv)
-        columns = Columns(args.vector_column, args.id_column, "vectors", id_required=explicit)
+        given = args.id_column is not None
+        columns = Columns(args.vector_column, args.id_column or "id", "vectors", id_required=given)
     job = BulkJob(
         command=EMBED if embed else RECOMPRESS,
         model=args.model,
