@@ -14,6 +14,7 @@ the workers.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -88,10 +89,13 @@ def _ensure_ray(options: RayOptions) -> Any:
     except ImportError:
         raise DemitasseError("--engine ray needs Ray Data: pip install 'demitasse[ray]'") from None
     if not ray.is_initialized():
+        # Ray's C++ core logs actor notes on stderr; a command-line run shows errors only.
+        os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
         ray.init(address=options.address, num_cpus=options.num_cpus, include_dashboard=False,
-                 log_to_driver=False, logging_level=logging.WARNING)  # fmt: skip
-    # Ray Data's plan and timing notes at INFO would interleave with demitasse's one-line output.
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
+                 log_to_driver=False, logging_level=logging.ERROR)  # fmt: skip
+    # Ray Data's plan, timing and deprecation notes would bury demitasse's one-line output.
+    for name in [n for n in logging.root.manager.loggerDict if n.startswith("ray")]:
+        logging.getLogger(name).setLevel(logging.ERROR)
     return ray
 
 
@@ -99,14 +103,14 @@ def _dataset(job: BulkJob, pieces: list[dict[str, Any]], options: RayOptions) ->
     ray = _ensure_ray(options)
     context = ray.data.DataContext.get_current()
     context.execution_options.preserve_order = True  # shards reach the driver in order
-    context.enable_progress_bars = False
+    context.enable_progress_bars = False  # demitasse's own bar counts records
     actor = DemitasseEncoder if job.command == EMBED else DemitasseRecompressor
     ds = ray.data.from_items(pieces, override_num_blocks=len(pieces))
     ds = ds.map_batches(_read_piece, batch_size=1, fn_kwargs={"job": job})
     return ds.map_batches(
         actor,
         batch_size=job.batch_size,
-        concurrency=options.concurrency,
+        compute=ray.data.ActorPoolStrategy(size=options.concurrency),
         num_cpus=options.threads,
         fn_constructor_kwargs={
             "model": job.model, "dim": job.dim, "precision": job.precision,
