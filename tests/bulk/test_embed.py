@@ -180,3 +180,13 @@ def test_a_bad_record_spoils_only_its_shard_with_skip(
     assert [(s["shard"], s["rows"]) for s in manifest.shards] == [(0, 10), (2, 10), (3, 10)]
     assert [(e["shard"], e["skipped"]) for e in manifest.errors] == [(1, True)]
     assert "line 16" in manifest.errors[0]["error"]
+
+
+def test_what_a_run_killed_before_its_first_manifest_leaves_is_no_obstacle(
+    models: Models, corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    (out / "shards").mkdir(parents=True)
+    (out / "manifest.json.tmp").write_text('{"kind": "demitasse bu')
+    code, text, err = run_cli(_embed(models.int8, corpus, out, "--resume"), capsys)
+    assert code == 0 and "240 rows" in text, err

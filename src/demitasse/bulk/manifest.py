@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from demitasse.bulk.shards import SHARD_DIR, durable_write_bytes
+from demitasse.bulk.shards import SHARD_DIR, TEMPORARY_SUFFIX, durable_write_bytes
 from demitasse.errors import DataError, DemitasseError
 from demitasse.provenance import check_provenance
 
@@ -118,13 +118,14 @@ def prepare_output(directory: Path, new: Manifest, resume: bool) -> Manifest:
         raise DemitasseError(f"{directory} exists and is not a directory")
     old = load_manifest(directory) if directory.is_dir() else None
     if old is None:
-        if directory.is_dir() and any(directory.iterdir()):
+        if directory.is_dir() and not _fresh(directory):
             raise DemitasseError(
                 f"{directory} is not empty and holds no demitasse output; choose an empty or new "
                 "directory"
             )
-        (directory / SHARD_DIR).mkdir(parents=True, exist_ok=True)
-        new.save(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        new.save(directory)  # first: a folder with a manifest is ours, whenever we are killed
+        (directory / SHARD_DIR).mkdir(exist_ok=True)
         return new
     check_provenance(old.provenance, new.provenance, str(directory))
     if not resume:
@@ -139,6 +140,17 @@ def prepare_output(directory: Path, new: Manifest, resume: bool) -> Manifest:
         leftover.unlink()  # a shard a killed run was writing: it will be written again
     old.inputs = new.inputs
     return old
+
+
+def _fresh(directory: Path) -> bool:
+    """Empty, or holding only what a run killed before its first manifest leaves behind."""
+    for entry in directory.iterdir():
+        if entry.name == MANIFEST + TEMPORARY_SUFFIX:
+            continue
+        if entry.name == SHARD_DIR and entry.is_dir() and not any(entry.iterdir()):
+            continue
+        return False
+    return True
 
 
 def read_output(directory: str | Path) -> Iterator[Any]:
