@@ -60,6 +60,8 @@ VALID = {
         "{new}/model",
     ],
     "serve": ["{text_model}", "--port", "0"],
+    "embed": ["{text_model}", "--input", "{texts}", "--out", "{new}/codes"],
+    "recompress": ["{vector_model}", "--input", "{vectors}", "--out", "{new}/codes"],
 }
 
 # (command, arguments, a piece of the one-line message)
@@ -382,6 +384,13 @@ ROWS: list[tuple[str, list[str], str]] = [
     # serve
     ("serve", ["{text_model}", "--host", "256.0.0.1"], "cannot listen on 256.0.0.1"),
     ("serve", ["{vector_model}", "--port", "0"], "vectors-only model"),
+    # embed, recompress (more in tests/bulk)
+    ("embed", ["{text_model}", "--input", "{missing}/*.txt", "--out", "{new}/c"], "matches no"),
+    ("embed", ["{text_model}", "--input", "{pairs}", "--out", "{new}/c"], "unsupported input"),
+    ("embed", ["{vector_model}", "--input", "{texts}", "--out", "{new}/c"], "vectors-only"),
+    ("embed", ["{text_model}", "--input", "{texts}", "--out", "{notes}"], "not a directory"),
+    ("embed", ["{text_model}", "--input", "{texts}", "--out", "{victim}"], "holds no demitasse"),
+    ("recompress", ["{vector_model}", "--input", "{vectors}", "--out", "{new}/c"], "unsupported"),
 ]
 
 NUMBER_TYPES = {

@@ -111,18 +111,23 @@ def check_resumable(old: Manifest, new: Manifest, directory: Path) -> None:
             )
 
 
+def check_output_target(directory: Path) -> None:
+    """Refuse, before any model is loaded, a target that no run may write into."""
+    if directory.exists() and not directory.is_dir():
+        raise DemitasseError(f"{directory} exists and is not a directory")
+    if directory.is_dir() and load_manifest(directory) is None and not _fresh(directory):
+        raise DemitasseError(
+            f"{directory} is not empty and holds no demitasse output; choose an empty or new "
+            "directory"
+        )
+
+
 def prepare_output(directory: Path, new: Manifest, resume: bool) -> Manifest:
     """The manifest to continue from: a fresh one for an empty or new folder, the stored one
     on ``--resume``; anything else in the folder is refused in one line, and left alone."""
-    if directory.exists() and not directory.is_dir():
-        raise DemitasseError(f"{directory} exists and is not a directory")
+    check_output_target(directory)
     old = load_manifest(directory) if directory.is_dir() else None
     if old is None:
-        if directory.is_dir() and not _fresh(directory):
-            raise DemitasseError(
-                f"{directory} is not empty and holds no demitasse output; choose an empty or new "
-                "directory"
-            )
         directory.mkdir(parents=True, exist_ok=True)
         new.save(directory)  # first: a folder with a manifest is ours, whenever we are killed
         (directory / SHARD_DIR).mkdir(exist_ok=True)

@@ -10,7 +10,7 @@ from typing import Any
 
 from demitasse.bulk.job import EMBED, BulkJob, load_model
 from demitasse.bulk.local import run_local
-from demitasse.bulk.manifest import Manifest, prepare_output
+from demitasse.bulk.manifest import Manifest, check_output_target, prepare_output
 from demitasse.bulk.ray_engine import RayOptions, run_ray
 from demitasse.errors import DemitasseError
 
@@ -38,6 +38,7 @@ def run_bulk(
         raise DemitasseError(f"unknown engine {engine!r}; use local or ray")
     if job.on_error not in ("stop", "skip"):
         raise DemitasseError(f"--on-error must be stop or skip, got {job.on_error!r}")
+    check_output_target(job.out)  # before minutes of model loading
     model = load_model(job.model, job.command, threads if engine == "local" else None)
     fresh = Manifest(
         command=job.command,
