@@ -20,12 +20,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def first_pending_shard(manifest: Manifest, file: int) -> int | None:
-    """Where ``file`` continues: after its last settled shard; None once it is finished."""
+def settled_shards(manifest: Manifest, file: int) -> set[int] | None:
+    """The shards of ``file`` already written or skipped; None once the file is finished."""
     if file in manifest.finished_files():
         return None
-    settled = [shard for f, shard in manifest.done() if f == file]
-    return max(settled) + 1 if settled else 0
+    return {shard for f, shard in manifest.done() if f == file}
 
 
 def run_local(job: BulkJob, model: CompressedModel, manifest: Manifest, progress: Any) -> None:
@@ -33,25 +32,34 @@ def run_local(job: BulkJob, model: CompressedModel, manifest: Manifest, progress
     sink = ShardSink(job, manifest, model)
     try:
         for index in range(len(job.inputs)):
-            first = first_pending_shard(manifest, index)
-            if first is not None:
-                _run_file(job, model, sink, index, first, progress)
+            settled = settled_shards(manifest, index)
+            if settled is not None:
+                _run_file(job, model, sink, index, settled, progress)
     finally:
         sink.abandon()
 
 
 def _run_file(
-    job: BulkJob, model: CompressedModel, sink: ShardSink, index: int, first: int, progress: Any
+    job: BulkJob,
+    model: CompressedModel,
+    sink: ShardSink,
+    index: int,
+    settled: set[int],
+    progress: Any,
 ) -> None:
-    """Shards ``first``… of one file; a shard that cannot be read is recorded, and with
-    ``--on-error skip`` the file continues at the next shard."""
+    """The shards of one file not ``settled`` yet (usually all after the last settled one; a
+    run the Ray engine stopped may leave gaps); a shard that cannot be read is recorded, and
+    with ``--on-error skip`` the file continues at the next shard."""
     source = job.inputs[index]
-    reading = first  # the shard being read when an error comes
+    reading = min(set(range(len(settled) + 1)) - settled)  # the first gap
     while True:
         try:
             for shard, ids, values in iter_chunks(
                 source, job.columns, job.shard_rows, job.batch_size, first_shard=reading
             ):
+                if shard in settled:
+                    reading = shard + 1
+                    continue
                 codes = convert(model, job.command, values, job.dim, job.precision)
                 complete = sink.add(index, shard, ids, codes, count_empty(values))
                 reading = shard + 1 if complete else shard
