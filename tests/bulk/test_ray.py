@@ -3,6 +3,7 @@ as the local engine, for embed and recompress; the public actor classes in a pla
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -81,3 +82,23 @@ def test_the_actor_class_drops_into_a_users_pipeline(models: Models, ray_local) 
     assert "text" not in out[0]
     expected = CompressedModel.load(models.int8).encode(texts, precision="int8")
     np.testing.assert_array_equal(codes, expected)
+
+
+def test_ray_completes_an_output_the_local_engine_left_unfinished(
+    models: Models, corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["embed", str(models.int8), "--input", f"{corpus}/*", "--shard-rows", "32"]
+    out = tmp_path / "out"
+    assert run_cli([*argv, "--out", str(out)], capsys)[0] == 0
+    whole = rows(out)
+    # The state a local run killed after its fourth shard leaves: later shards unnamed.
+    manifest = json.loads((out / "manifest.json").read_text())
+    for shard in manifest["shards"][4:]:
+        (out / "shards" / shard["name"]).unlink()
+    manifest["shards"], manifest["complete"] = manifest["shards"][:4], False
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    code, _, err = run_cli([*argv, "--out", str(out), "--resume", "--engine", "ray"], capsys)
+    assert code == 0, err
+    resumed = rows(out)
+    assert resumed.column("id").to_pylist() == whole.column("id").to_pylist()
+    assert resumed.column("embedding").to_pylist() == whole.column("embedding").to_pylist()
