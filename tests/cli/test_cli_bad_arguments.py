@@ -63,6 +63,8 @@ VALID = {
     "serve": ["{text_model}", "--port", "0"],
     "index": ["{text_model}", "--input", "{texts}", "--db", "{new}/db"],
     "search": ["{text_model}", "--db", "{new}/db", "--query", "a cat"],
+    "embed": ["{text_model}", "--input", "{texts}", "--out", "{new}/codes"],
+    "recompress": ["{vector_model}", "--input", "{vectors}", "--out", "{new}/codes"],
 }
 
 # (command, arguments, a piece of the one-line message)
@@ -406,6 +408,13 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("search", ["{text_model}", "--db", "{new}/db", "--query", "x"], "no table 'documents'"),
     ("search", ["{text_model}", "--db", "{notes}", "--query", "x"], "not a directory"),
     ("search", ["{text_model}", "--db", "{root}", "--table", "", "--query", "x"], "table name"),
+    # embed, recompress (more in tests/bulk)
+    ("embed", ["{text_model}", "--input", "{missing}/*.txt", "--out", "{new}/c"], "matches no"),
+    ("embed", ["{text_model}", "--input", "{pairs}", "--out", "{new}/c"], "unsupported input"),
+    ("embed", ["{vector_model}", "--input", "{texts}", "--out", "{new}/c"], "vectors-only"),
+    ("embed", ["{text_model}", "--input", "{texts}", "--out", "{notes}"], "not a directory"),
+    ("embed", ["{text_model}", "--input", "{texts}", "--out", "{victim}"], "holds no demitasse"),
+    ("recompress", ["{vector_model}", "--input", "{vectors}", "--out", "{new}/c"], "unsupported"),
 ]
 
 NUMBER_TYPES = {

@@ -23,6 +23,7 @@ from demitasse.cli.arguments import (
     positive_float,
     positive_int,
 )
+from demitasse.cli.embed_command import add_bulk_parsers, run_bulk_command
 from demitasse.cli.model_commands import (
     add_model_commands,
     run_encode,
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report_parser(commands)
     _add_train_parser(commands)
     add_model_commands(commands)
+    add_bulk_parsers(commands)
     add_tune_parser(commands)
     _add_distill_static_parser(commands)
     add_serve_parser(commands)
@@ -392,6 +394,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             "tune": run_tune,
             "encode": run_encode,
             "transform": run_transform,
+            "embed": run_bulk_command,
+            "recompress": run_bulk_command,
             "report": _run_report,
             "train": _run_train,
             "export": run_export,

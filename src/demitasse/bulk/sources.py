@@ -1,0 +1,328 @@
+"""Input files read as a stream of ``(ids, values)`` chunks, by deterministic row ranges.
+
+A run's inputs are the files a glob matches, sorted by path. Every file is cut into shards of
+``shard_rows`` records: shard ``k`` holds records ``k·R … (k+1)·R − 1`` in file order, so the
+same inputs always give the same shards, whichever engine reads them and however often a run
+was interrupted. A record is a line of a ``.txt(.gz)`` file (every line, empty ones too), a
+non-blank line of a ``.jsonl(.gz)`` file, or a row of a Parquet file. Without an id column a
+record's id is ``<file>:<n>``: the 1-based line of text and JSON Lines files, the 0-based row of
+Parquet files, with ``<file>`` the path relative to the inputs' common folder.
+
+Reading a shard skips the earlier records as raw bytes (text) or whole row batches (Parquet), so
+a damaged record spoils only the shard that holds it.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import itertools
+import json
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from demitasse.errors import DataError, one_line
+
+KINDS = {".txt": "text", ".txt.gz": "text", ".jsonl": "jsonl", ".jsonl.gz": "jsonl",
+         ".parquet": "parquet"}  # fmt: skip
+_GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input file: where it is, what it is, and what identifies its content."""
+
+    path: Path
+    name: str  # the path relative to the inputs' common folder: the prefix of positional ids
+    kind: str  # "text", "jsonl" or "parquet"
+    size: int
+    mtime_ns: int
+
+    def record(self) -> dict[str, Any]:
+        return {"path": str(self.path), "size": self.size, "mtime_ns": self.mtime_ns}
+
+
+@dataclass(frozen=True)
+class Columns:
+    """What to read: the value column (texts or vectors), the id column, and what values are."""
+
+    value: str
+    ids: str | None
+    values: str  # "texts" or "vectors"
+    id_required: bool = True  # False: a missing id column falls back to positional ids
+
+
+def kind_of(path: Path) -> str | None:
+    name = path.name.lower()
+    for suffix, kind in KINDS.items():
+        if name.endswith(suffix):
+            return kind
+    return None
+
+
+def expand_inputs(pattern: str, kinds: tuple[str, ...]) -> list[InputFile]:
+    """The files ``pattern`` (a glob; ``**`` recurses) matches, sorted, all of ``kinds``."""
+    # glob.glob, not Path.glob: the pattern may be absolute and hold wildcards in any part.
+    matches = glob.glob(str(Path(pattern).expanduser()), recursive=True)  # noqa: PTH207
+    paths = sorted({Path(p).resolve() for p in matches})
+    paths = [p for p in paths if p.is_file()]
+    if not paths:
+        raise DataError(f"--input {pattern!r} matches no file")
+    wrong = [p for p in paths if kind_of(p) not in kinds]
+    if wrong:
+        allowed = ", ".join(s for s, k in KINDS.items() if k in kinds)
+        raise DataError(f"{wrong[0]}: unsupported input type; use {allowed}")
+    root = Path(os.path.commonpath([p.parent for p in paths]))
+    files = []
+    for path in paths:
+        stat = path.stat()
+        kind = kind_of(path)
+        assert kind is not None
+        name = path.relative_to(root).as_posix()
+        files.append(InputFile(path, name, kind, stat.st_size, stat.st_mtime_ns))
+    return files
+
+
+class UnreadableRestError(DataError):
+    """The file cannot be read past some record: its later shards cannot be reached either."""
+
+
+def iter_chunks(
+    source: InputFile, columns: Columns, shard_rows: int, chunk_rows: int,
+    first_shard: int = 0, last_shard: int | None = None,
+) -> Iterator[tuple[int, list[str], Any]]:  # fmt: skip
+    """``(shard, ids, values)`` chunks of at most ``chunk_rows`` records, each inside one
+    shard, from shard ``first_shard`` to ``last_shard`` (or the end of the file), in one pass.
+    Values are a list of texts, or a float32 [n, d] array of vectors."""
+    start = first_shard * shard_rows
+    stop = None if last_shard is None else (last_shard + 1) * shard_rows
+    if source.kind == "parquet":
+        chunks = _parquet_chunks(source, start, stop, _Cut(shard_rows, chunk_rows), columns)
+    elif columns.values != "texts":
+        raise DataError(f"{source.path}: vectors are read from Parquet files only")
+    else:
+        chunks = _text_chunks(source, start, stop, _Cut(shard_rows, chunk_rows), columns)
+    for first, ids, values in chunks:
+        yield first // shard_rows, ids, values
+
+
+@dataclass(frozen=True)
+class _Cut:
+    shard_rows: int
+    chunk_rows: int
+
+    def size(self, row: int, stop: int | None) -> int:
+        """Rows of the chunk that starts at ``row``: it ends at the next shard boundary."""
+        size = min(self.chunk_rows, self.shard_rows - row % self.shard_rows)
+        return size if stop is None else min(size, stop - row)
+
+
+def _text_chunks(
+    source: InputFile, start: int, stop: int | None, cut: _Cut, columns: Columns
+) -> Iterator[tuple[int, list[str], Any]]:
+    records = (
+        _text_records(source, columns) if source.kind == "text" else _jsonl_records(source, columns)
+    )
+    try:
+        for _ in itertools.islice(records, start):
+            pass
+    except DataError as exc:
+        raise UnreadableRestError(str(exc)) from None
+    row = start
+    while stop is None or row < stop:
+        chunk = [decode() for decode in itertools.islice(records, cut.size(row, stop))]
+        if not chunk:
+            return
+        ids, values = zip(*chunk, strict=True)
+        yield row, list(ids), list(values)
+        row += len(chunk)
+
+
+def count_records(source: InputFile) -> int:
+    """How many records ``source`` holds (raw lines or Parquet metadata; nothing decoded).
+    A file unreadable part way counts the records before the damage, plus one."""
+    if source.kind == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            return int(pq.ParquetFile(source.path).metadata.num_rows)
+        except (pa.ArrowException, OSError):
+            return 1
+    count = 0
+    try:
+        for _, raw in _raw_lines(source):
+            count += source.kind == "text" or bool(raw.strip())
+    except DataError:
+        return count + 1
+    return count
+
+
+def _raw_lines(source: InputFile) -> Iterator[tuple[int, bytes]]:
+    try:
+        with (
+            gzip.open(source.path, "rb")
+            if source.path.name.endswith(".gz")
+            else source.path.open("rb") as f
+        ):
+            yield from enumerate(f, start=1)
+    except _GZIP_ERRORS as exc:
+        raise DataError(f"{source.path}: not a valid gzip file ({one_line(exc)})") from None
+
+
+def _decode(source: InputFile, lineno: int, raw: bytes) -> str:
+    try:
+        line = raw.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise DataError(f"{source.path}: line {lineno} is not valid UTF-8") from None
+    return line.removeprefix("\ufeff") if lineno == 1 else line
+
+
+def _text_records(source: InputFile, columns: Columns) -> Iterator[Any]:
+    """Every line is a record (an empty one too: ids stay line numbers); each item is a
+    function that decodes it, so skipped records cost no decoding."""
+    if columns.ids is not None and columns.id_required:
+        raise DataError(f"{source.path}: a text file has no id column; drop --id-column")
+    for lineno, raw in _raw_lines(source):
+        yield lambda lineno=lineno, raw=raw: (
+            f"{source.name}:{lineno}",
+            _decode(source, lineno, raw),
+        )
+
+
+def _jsonl_records(source: InputFile, columns: Columns) -> Iterator[Any]:
+    for lineno, raw in _raw_lines(source):
+        if raw.strip():
+            yield lambda lineno=lineno, raw=raw: _json_record(source, lineno, raw, columns)
+
+
+def _json_record(source: InputFile, lineno: int, raw: bytes, columns: Columns) -> tuple[str, str]:
+    where = f"{source.path}: line {lineno}"
+    try:
+        record = json.loads(_decode(source, lineno, raw))
+    except (ValueError, RecursionError) as exc:
+        raise DataError(f"{where}: invalid JSON ({one_line(exc)})") from None
+    if not isinstance(record, dict):
+        raise DataError(f"{where}: expected a JSON object")
+    if columns.value not in record:
+        found = ", ".join(repr(k) for k in list(record)[:5]) or "none"
+        raise DataError(f"{where}: no {columns.value!r} field (it has {found})")
+    ident = f"{source.name}:{lineno}"
+    if columns.ids is not None and (columns.ids in record or columns.id_required):
+        if columns.ids not in record:
+            raise DataError(f"{where}: no {columns.ids!r} field for the id")
+        ident = _id_text(record[columns.ids], where)
+    return ident, check_text(record[columns.value], where, columns.value)
+
+
+def check_text(value: Any, where: str, column: str) -> str:
+    if not isinstance(value, str):
+        raise DataError(
+            f"{where}: {column!r} holds {type(value).__name__ if value is not None else 'null'}, "
+            "not a string"
+        )
+    return value
+
+
+def _id_text(value: Any, where: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise DataError(f"{where}: the id must be a string or an integer, got {value!r:.40}")
+    return str(value)
+
+
+def _parquet_chunks(
+    source: InputFile, start: int, stop: int | None, cut: _Cut, columns: Columns
+) -> Iterator[tuple[int, list[str], Any]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(source.path)
+        sizes = [parquet.metadata.row_group(g).num_rows for g in range(parquet.num_row_groups)]
+    except (pa.ArrowException, OSError) as exc:
+        message = f"{source.path}: not a readable Parquet file ({one_line(exc)})"
+        raise UnreadableRestError(message) from None
+    try:
+        wanted = _parquet_columns(source, parquet.schema_arrow.names, columns)
+    except DataError as exc:
+        raise UnreadableRestError(str(exc)) from None
+    try:
+        # Row groups wholly before ``start`` are never decoded.
+        first_group, row = 0, 0
+        while first_group < len(sizes) and row + sizes[first_group] <= start:
+            row += sizes[first_group]
+            first_group += 1
+        groups = list(range(first_group, len(sizes)))
+        batches = parquet.iter_batches(batch_size=cut.chunk_rows, row_groups=groups, columns=wanted)
+        for batch in batches:
+            offset = max(start - row, 0)
+            while offset < batch.num_rows and (stop is None or row + offset < stop):
+                size = min(cut.size(row + offset, stop), batch.num_rows - offset)
+                part = batch.slice(offset, size)
+                yield row + offset, *_parquet_chunk(source, part, row + offset, columns, wanted)
+                offset += size
+            row += batch.num_rows
+            if stop is not None and row >= stop:
+                return
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(f"{source.path}: not a readable Parquet file ({one_line(exc)})") from None
+
+
+def _parquet_columns(source: InputFile, names: list[str], columns: Columns) -> list[str]:
+    if columns.value not in names:
+        found = ", ".join(repr(n) for n in names[:8]) or "none"
+        raise DataError(f"{source.path}: no column {columns.value!r} (it has {found})")
+    if columns.ids is None or (columns.ids not in names and not columns.id_required):
+        return [columns.value]
+    if columns.ids not in names:
+        raise DataError(f"{source.path}: no id column {columns.ids!r}")
+    return [columns.value, columns.ids]
+
+
+def _parquet_chunk(
+    source: InputFile, batch: Any, first: int, columns: Columns, wanted: list[str]
+) -> tuple[list[str], Any]:
+    where = f"{source.path}: rows {first}-{first + batch.num_rows - 1}"
+    if len(wanted) == 2:
+        ids = [_id_text(v, f"{where}") for v in batch.column(1).to_pylist()]
+    else:
+        ids = [f"{source.name}:{first + i}" for i in range(batch.num_rows)]
+    column = batch.column(0)
+    if columns.values == "vectors":
+        return ids, vectors_of(column, where, columns.value)
+    texts = column.to_pylist()
+    for i, text in enumerate(texts):
+        check_text(text, f"{source.path}: row {first + i}", columns.value)
+    return ids, texts
+
+
+def vectors_of(column: Any, where: str, name: str) -> np.ndarray:
+    """A Parquet list column as a float32 [n, d] array (one copy; nulls and ragged rows refused)."""
+    import pyarrow as pa
+
+    kind = column.type
+    if not (
+        pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+    ):
+        raise DataError(f"{where}: column {name!r} holds {kind}, not lists of numbers")
+    flat = column.flatten()
+    if column.null_count or flat.null_count:
+        raise DataError(f"{where}: column {name!r} has missing vectors or values")
+    if not (pa.types.is_floating(kind.value_type) or pa.types.is_integer(kind.value_type)):
+        raise DataError(f"{where}: column {name!r} holds lists of {kind.value_type}, not numbers")
+    n = len(column)
+    if pa.types.is_fixed_size_list(kind):
+        width = kind.list_size
+    else:
+        lengths = np.diff(column.offsets.to_numpy())
+        width = int(lengths[0]) if n else 0
+        if n and (lengths != width).any():
+            raise DataError(f"{where}: column {name!r} has vectors of different lengths")
+    values = flat.to_numpy(zero_copy_only=False)
+    return np.asarray(values, dtype=np.float32).reshape(n, width)
