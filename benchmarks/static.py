@@ -336,11 +336,8 @@ def main() -> int:
     write_records(output / f"{NAME}.json", records)
     plot = plot_speed(records, speed, output / f"{NAME}.png")
     elapsed = time.perf_counter() - started
-    values = section_values(
-        args, stages, recipe, records, speed, memory, m2v_seconds, elapsed, plot
-    )
     body = PROSE.fill(
-        **values,
+        **section_values(args, stages, recipe, records, speed, memory, m2v_seconds, elapsed, plot),
         n_texts=f"{len(texts):,}",
         gaps=", ".join(f"{name} {gap:.1e}" for name, gap in export_gap.items()),
         path_table=markdown_table(
