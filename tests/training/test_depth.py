@@ -153,7 +153,7 @@ def test_ridge_map_and_the_distiller_recover_the_last_layer() -> None:
     weight, bias = ridge_map(features.layers[1], last, 1e-6)
     assert _mean_cosine(features.layers[1] @ weight.T + bias, last) > 0.99
     # From the ridge map a small rate only refines; from the identity it has far to go.
-    for init, rate, epochs, floor in (("ridge", 3e-4, 3, 0.9), ("identity", 1e-2, 30, 0.55)):
+    for init, rate, epochs, gain in (("ridge", 3e-4, 3, 0.5), ("identity", 1e-2, 30, 0.15)):
         distiller = ExitHeadDistiller(
             init=init, epochs=epochs, learning_rate=rate, batch_size=64, progress=False
         ).fit(features)
@@ -161,7 +161,7 @@ def test_ridge_map_and_the_distiller_recover_the_last_layer() -> None:
         for layer in (1, 2):
             before = _mean_cosine(features.layers[layer], last)
             after = _mean_cosine(distiller.transform(features.layers[layer], layer), last)
-            assert before < 0.5 and after > floor, (init, layer, before, after)
+            assert before < 0.5 and after > before + gain, (init, layer, before, after)
         np.testing.assert_array_equal(distiller.transform(last, 3), last)  # no head: unchanged
 
 
