@@ -193,12 +193,43 @@ def _add_train_parser(commands: Any) -> None:
         help="train only the objective's own parameters (with --exit-heads: fit a head per "
         "layer on any model, its encoder untouched)",
     )
+    _add_distil_options(train)
     train.add_argument(
         "--head-lr",
         type=positive_float,
         default=None,
         help="learning rate of the objective's own parameters: exit heads, dynamic layer "
-        "weights (default 1e-3 with --exit-heads or --layer-weighting dynamic, else --lr)",
+        "weights (default 1e-3 with --exit-heads or --layer-weighting dynamic, else --lr; "
+        "--distil: 3e-4)",
+    )
+
+
+def _add_distil_options(train: argparse.ArgumentParser) -> None:
+    """Exit heads on the frozen encoder fitted from cached features (``--distil``)."""
+    train.add_argument(
+        "--distil",
+        type=non_negative_int,
+        default=None,
+        help="with --exit-heads --frozen-encoder: compute every layer's features once and fit "
+        "the heads on them, distilled toward the last layer on this many unlabeled sentences "
+        "(--texts, else the shared unlabeled corpus) and supervised by --data (weight "
+        "--supervised-weight; 0: label-free)",
+    )
+    train.add_argument("--texts", default=None, help="--distil: your own unlabeled text file")
+    train.add_argument(
+        "--supervised-weight",
+        type=non_negative_float,
+        default=1.0,
+        help="--distil: weight of the supervised loss on --data (0: distillation alone)",
+    )
+    train.add_argument(
+        "--structure-weight",
+        type=non_negative_float,
+        default=1.0,
+        help="--distil: weight of the in-batch similarity-structure term of the distillation",
+    )
+    train.add_argument(
+        "--head-epochs", type=positive_int, default=None, help="--distil: epochs (default 3)"
     )
 
 
@@ -450,6 +481,8 @@ def _run_train(args: argparse.Namespace) -> int:
     from demitasse.training.recipes import load_training_sets, make_objective, split_options
     from demitasse.training.trainer import check_run_directory
 
+    if args.distil is not None:
+        return _run_distil_heads(args)
     options = _espresso_options(args)
     # The options and the run folder (a corrupt checkpoint) fail before data and model load.
     check_run_directory(args.out)
@@ -479,6 +512,48 @@ def _run_train(args: argparse.Namespace) -> int:
     # untrained model: the final one is what a fixed-budget comparison evaluates.
     print(f"{result.last_dir}  (final model, {result.steps} steps, {result.seconds:.0f} s)")
     print(f"{result.model_dir}  (best STS-B dev checkpoint, last layer: {best})")
+    return 0
+
+
+def _run_distil_heads(args: argparse.Namespace) -> int:
+    """``train --exit-heads --frozen-encoder --distil N``: heads fitted on cached features."""
+    from demitasse.data import load_sickr, load_stsb, load_unlabeled, read_texts
+    from demitasse.data.overlap import evaluation_sentences
+    from demitasse.training import SentenceModel
+    from demitasse.training.frozen import fit_frozen_exit_heads
+    from demitasse.training.heads import ExitHeadDistiller
+    from demitasse.training.recipes import load_training_sets
+
+    if not (args.exit_heads and args.frozen_encoder) or args.method != "ese":
+        raise DemitasseError("--distil fits exit heads on the frozen encoder: give it with "
+                             "--exit-heads --frozen-encoder (and no other --method)")  # fmt: skip
+    names = [] if args.supervised_weight == 0 else _training_data_names(args)
+    sets = load_training_sets(names, args.data_dir) if names else []
+    dev = load_stsb("dev", args.data_dir)
+    texts: list[str] = []
+    if args.distil:
+        if args.texts:
+            texts = list(dict.fromkeys(read_texts(args.texts)))[: args.distil]
+        else:  # no evaluation or dev sentence may be distilled on
+            held = evaluation_sentences(args.data_dir) | set(dev.texts())
+            held |= set(load_sickr("trial", args.data_dir).texts())
+            texts = load_unlabeled(args.data_dir, args.distil, args.seed, held)
+    distiller = ExitHeadDistiller(
+        supervised_weight=args.supervised_weight,
+        structure_weight=args.structure_weight,
+        seed=args.seed,
+    )
+    if args.head_epochs:
+        distiller.set_params(epochs=args.head_epochs)
+    if args.head_lr:
+        distiller.set_params(learning_rate=args.head_lr)
+    model = SentenceModel.load(args.model)
+    _log(f"exit heads on the frozen {args.model}: {len(texts)} unlabeled texts, "
+         f"{', '.join(f'{s.name} ({len(s)})' for s in sets) or 'no pairs'}")  # fmt: skip
+    result = fit_frozen_exit_heads(model, args.out, distiller, texts, sets, dev)
+    for layer, (before, after) in result.dev.items():
+        _log(f"layer {layer}: STS-B dev {before:.2f} -> {after:.2f} with its head")
+    print(f"{result.model_dir}  (the model, encoder untouched, with exit heads)")
     return 0
 
 
