@@ -145,3 +145,40 @@ def unit_rows(X: np.ndarray) -> np.ndarray:
     vectors = np.array(X, dtype=np.float32, copy=True)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+
+
+def arrow_vectors(array: Any, where: str) -> np.ndarray:
+    """float32 [n, d] from an Arrow list column (list, large list or fixed-size list of numbers,
+    chunked or not) of equal-length vectors, in one copy. Nulls, ragged rows and non-numeric
+    values are one-line errors; ``where`` names the data in them (a file, a row range)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    kind = array.type
+    if not (
+        pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+    ):
+        raise DataError(f"{where}: holds {kind}, not lists of numbers")
+    if not (pa.types.is_floating(kind.value_type) or pa.types.is_integer(kind.value_type)):
+        raise DataError(f"{where}: holds lists of {kind.value_type}, not numbers")
+    if array.null_count:
+        row = pc.index(pc.is_null(array), True).as_py()
+        raise DataError(f"{where}: row {row} is null, not a vector")
+    if len(array) == 0:
+        return np.zeros((0, 0), dtype=np.float32)
+    lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
+    ragged = np.flatnonzero(lengths != lengths[0])
+    if ragged.size:
+        row = int(ragged[0])
+        raise DataError(
+            f"{where}: row {row} has {lengths[row]} values, but row 0 has {lengths[0]} "
+            "(ragged vectors)"
+        )
+    values = array.flatten()  # respects slicing, unlike .values
+    if values.null_count:
+        row = int(np.flatnonzero(pc.is_null(values).to_numpy(zero_copy_only=False))[0])
+        raise DataError(f"{where}: row {row // lengths[0]} contains a null value")
+    flat = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    return flat.reshape(len(array), int(lengths[0]))

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from demitasse.arrays import arrow_vectors
 from demitasse.errors import DataError, one_line
 
 KINDS = {".txt": "text", ".txt.gz": "text", ".jsonl": "jsonl", ".jsonl.gz": "jsonl",
@@ -304,25 +305,4 @@ def _parquet_chunk(
 
 def vectors_of(column: Any, where: str, name: str) -> np.ndarray:
     """A Parquet list column as a float32 [n, d] array (one copy; nulls and ragged rows refused)."""
-    import pyarrow as pa
-
-    kind = column.type
-    if not (
-        pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
-    ):
-        raise DataError(f"{where}: column {name!r} holds {kind}, not lists of numbers")
-    flat = column.flatten()
-    if column.null_count or flat.null_count:
-        raise DataError(f"{where}: column {name!r} has missing vectors or values")
-    if not (pa.types.is_floating(kind.value_type) or pa.types.is_integer(kind.value_type)):
-        raise DataError(f"{where}: column {name!r} holds lists of {kind.value_type}, not numbers")
-    n = len(column)
-    if pa.types.is_fixed_size_list(kind):
-        width = kind.list_size
-    else:
-        lengths = np.diff(column.offsets.to_numpy())
-        width = int(lengths[0]) if n else 0
-        if n and (lengths != width).any():
-            raise DataError(f"{where}: column {name!r} has vectors of different lengths")
-    values = flat.to_numpy(zero_copy_only=False)
-    return np.asarray(values, dtype=np.float32).reshape(n, width)
+    return arrow_vectors(column, f"{where}: column {name!r}")

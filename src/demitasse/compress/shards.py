@@ -27,6 +27,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 from tqdm.auto import tqdm
 
+from demitasse.arrays import arrow_vectors
 from demitasse.compress.sampling import Reservoir
 from demitasse.compress.statistics import VectorStatistics
 from demitasse.errors import DataError, DemitasseError, one_line
@@ -88,35 +89,6 @@ def check_vector_column(path: Path, column: str) -> int | None:
     return None if is_list else int(kind.list_size)
 
 
-def vectors_of(array: Any, where: str) -> np.ndarray:
-    """float32 [n, d] from an Arrow list array (or chunked array) of equal-length vectors;
-    ``where`` names it in errors (e.g. ``"shard.parquet, rows 0-65535"``)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
-    if array.null_count:
-        row = pc.index(pc.is_null(array), True).as_py()
-        raise DataError(f"{where}: row {row} is null, not a vector")
-    if len(array) == 0:
-        return np.zeros((0, 0), dtype=np.float32)
-    lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
-    ragged = np.flatnonzero(lengths != lengths[0])
-    if ragged.size:
-        row = int(ragged[0])
-        raise DataError(
-            f"{where}: row {row} has {lengths[row]} values, but row 0 has {lengths[0]} "
-            "(ragged vectors)"
-        )
-    values = array.flatten()  # respects slicing, unlike .values
-    if values.null_count:
-        row = int(np.flatnonzero(pc.is_null(values).to_numpy(zero_copy_only=False))[0])
-        raise DataError(f"{where}: row {row // lengths[0]} contains a null value")
-    flat = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-    return flat.reshape(len(array), int(lengths[0]))
-
-
 def vector_width(paths: Sequence[Path], column: str = "embedding") -> int:
     """The width of the first vector in the shards (read from the schema when it fixes it)."""
     fixed = check_vector_column(paths[0], column)
@@ -144,7 +116,7 @@ def iter_shard_vectors(
             batches = pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=[column])
             for batch in batches:
                 where = f"{path}, rows {first}-{first + batch.num_rows - 1}"
-                X = vectors_of(batch.column(0), where)
+                X = arrow_vectors(batch.column(0), where)
                 first += batch.num_rows
                 if X.shape[0] == 0:
                     continue
@@ -226,7 +198,7 @@ def block_statistics(batch: Any, column: str = "embedding") -> dict[str, np.ndar
         paths = batch.column("path").to_pylist()
     starts = [i for i in range(len(paths)) if i == 0 or paths[i] != paths[i - 1]]
     for start, stop in pairwise([*starts, len(paths)]):
-        X = vectors_of(batch.column(column).slice(start, stop - start), paths[start])
+        X = arrow_vectors(batch.column(column).slice(start, stop - start), paths[start])
         if stats.n_features is not None and X.shape[1] != stats.n_features:
             raise DataError(
                 f"{paths[start]}: vectors have {X.shape[1]} values, but those of {paths[0]} "

@@ -9,6 +9,7 @@ from tokenize import TokenError
 
 import numpy as np
 
+from demitasse.arrays import arrow_vectors
 from demitasse.data._tables import check_parquet_columns
 from demitasse.data._text import require_file
 from demitasse.errors import DataError, one_line
@@ -70,7 +71,6 @@ def _load_npy(path: Path) -> np.ndarray:
 
 def _load_parquet(path: Path, column: str) -> np.ndarray:
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     try:
@@ -86,22 +86,7 @@ def _load_parquet(path: Path, column: str) -> np.ndarray:
     value_type = kind.value_type
     if not (pa.types.is_floating(value_type) or pa.types.is_integer(value_type)):
         raise DataError(f"{path}: column {column!r} holds {value_type} values, not numbers")
-    if array.null_count:
-        row = pc.index(pc.is_null(array), True).as_py()
-        raise DataError(f"{path}: row {row} of column {column!r} is null")
-    if len(array) == 0:
-        return np.zeros((0, 0), dtype=np.float32)
-    lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
-    ragged = np.flatnonzero(lengths != lengths[0])
-    if ragged.size:
-        row = int(ragged[0])
-        raise DataError(f"{path}: row {row} has {lengths[row]} values, but row 0 has {lengths[0]}")
-    values = array.flatten()  # respects slicing, unlike .values
-    if values.null_count:
-        row = int(np.flatnonzero(pc.is_null(values).to_numpy(zero_copy_only=False))[0])
-        raise DataError(f"{path}: row {row // lengths[0]} contains a null value")
-    flat = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-    return flat.reshape(len(array), int(lengths[0]))
+    return arrow_vectors(array, f"{path}: column {column!r}")
 
 
 def load_embeddings(path: str | Path, column: str = "embedding") -> np.ndarray:
