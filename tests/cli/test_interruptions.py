@@ -100,8 +100,14 @@ def test_the_command_line_cleans_up_after_any_signal(tmp_path: Path) -> None:
         lines = err.strip().splitlines()
         if started.returncode == 0:  # it finished first: the new model replaced the old one
             continue
-        assert started.returncode == 128 + signum, err
-        assert len(lines) == 1 and lines[0].startswith("demitasse: interrupted"), err
+        # A Ctrl-C that lands while torch's C++ import code is calling back into Python becomes
+        # a C++ exception there, and the runtime aborts before any demitasse code can run (seen
+        # under load, about once in hundreds of runs). Nothing has been written yet at that
+        # point, so the output must still be intact; only the exit line differs.
+        aborted_in_import = started.returncode == -signal.SIGABRT and "error_already_set" in err
+        if not aborted_in_import:
+            assert started.returncode == 128 + signum, err
+            assert len(lines) == 1 and lines[0].startswith("demitasse: interrupted"), err
         after = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
         assert after.keys() == before.keys()
         assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".dt-")] == []
