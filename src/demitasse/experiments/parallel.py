@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -44,6 +45,10 @@ def run_in_workers(
 
 
 def _limit_threads(threads: int | None) -> None:
+    # A forked worker inherits the parent's signal dispositions; a parent that ignores SIGTERM
+    # (the CLI does once its work is done) would leave workers that Pool.terminate cannot stop.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_DFL)
     if threads is not None:
         import torch  # only here: a numpy-only job must not pay for importing torch
 
