@@ -17,6 +17,18 @@ WORDS = (
 ).split()
 
 
+SENTENCES = [
+    "a man is playing guitar",
+    "a woman is playing piano",
+    "the dog is running in park",
+    "a cat sits on mat",
+    "a child is eating food",
+    "the girl plays guitar",
+    "a boy is running",
+    "a red car in park",
+]
+
+
 def build_tiny_model(
     directory: Path,
     layers: int = 3,

@@ -26,18 +26,7 @@ from demitasse.training.heads import (
     structure_loss,
 )
 from demitasse.training.recipes import make_objective
-from tests.helpers import WORDS, build_tiny_model
-
-TEXTS = [
-    "a man is playing guitar",
-    "a woman is playing piano",
-    "the dog is running in park",
-    "a cat sits on mat",
-    "a child is eating food",
-    "the girl plays guitar",
-    "a boy is running",
-    "a red car in park",
-]
+from tests.helpers import SENTENCES, WORDS, build_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +46,8 @@ def _assert_encoder_is_the_original(model_dir: Path, original: Path) -> None:
     assert saved.keys() == reference.keys()
     for name, tensor in reference.items():
         assert torch.equal(saved[name], tensor), name
-    ours = load_encoder(model_dir, cache=False, device="cpu").encode(TEXTS)
-    theirs = load_encoder(original, cache=False, device="cpu").encode(TEXTS)
+    ours = load_encoder(model_dir, cache=False, device="cpu").encode(SENTENCES)
+    theirs = load_encoder(original, cache=False, device="cpu").encode(SENTENCES)
     np.testing.assert_array_equal(ours, theirs)
 
 
@@ -67,14 +56,14 @@ def test_frozen_encoder_fine_tuning_leaves_every_encoder_weight_bit_identical(
 ) -> None:
     model = SentenceModel.load(tiny_model, device="cpu")
     objective = make_objective("ese", model.num_layers, model.dim, exit_heads=True)
-    triples = TrainingSet("triples", TEXTS, TEXTS[1:] + TEXTS[:1], TEXTS[::-1])
+    triples = TrainingSet("triples", SENTENCES, SENTENCES[1:] + SENTENCES[:1], SENTENCES[::-1])
     config = TrainingConfig(batch_size=4, max_steps=3, train_backbone=False, patience=None,
                             objective_learning_rate=1e-2)  # fmt: skip
     result = fine_tune(model, objective, [triples], tmp_path / "run", config, progress=False)
     _assert_encoder_is_the_original(result.model_dir, tiny_model)
     # The heads did train: an inner layer's output is no longer the original's.
-    inner = load_encoder(result.model_dir, cache=False, device="cpu").encode(TEXTS, layer=1)
-    plain = load_encoder(tiny_model, cache=False, device="cpu").encode(TEXTS, layer=1)
+    inner = load_encoder(result.model_dir, cache=False, device="cpu").encode(SENTENCES, layer=1)
+    plain = load_encoder(tiny_model, cache=False, device="cpu").encode(SENTENCES, layer=1)
     assert not np.allclose(inner, plain, atol=1e-4)
 
 
@@ -83,7 +72,7 @@ def test_distilled_heads_keep_the_encoder_and_the_saved_model_applies_them(
 ) -> None:
     model = SentenceModel.load(tiny_model, device="cpu")
     unlabeled = _random_texts(300)
-    pairs = TrainingSet("triples", TEXTS, TEXTS[1:] + TEXTS[:1], TEXTS[::-1])
+    pairs = TrainingSet("triples", SENTENCES, SENTENCES[1:] + SENTENCES[:1], SENTENCES[::-1])
     distiller = ExitHeadDistiller(epochs=2, batch_size=32, progress=False)
     result = fit_frozen_exit_heads(
         model, tmp_path / "run", distiller, unlabeled, [pairs], progress=False
@@ -91,9 +80,9 @@ def test_distilled_heads_keep_the_encoder_and_the_saved_model_applies_them(
     _assert_encoder_is_the_original(result.model_dir, tiny_model)
     summary = json.loads((tmp_path / "run" / "training.json").read_text())
     assert summary["unlabeled_texts"] == len(unlabeled) and summary["sets"] == [["triples", 8]]
-    raw = compute_layer_features(SentenceModel.load(tiny_model, device="cpu"), TEXTS,
+    raw = compute_layer_features(SentenceModel.load(tiny_model, device="cpu"), SENTENCES,
                                  progress=False)  # fmt: skip
-    encoded = load_encoder(result.model_dir, cache=False, device="cpu").encode_layers(TEXTS)
+    encoded = load_encoder(result.model_dir, cache=False, device="cpu").encode_layers(SENTENCES)
     for layer in (1, 2):
         expected = distiller.transform(raw.layers[layer], layer)
         expected /= np.linalg.norm(expected, axis=1, keepdims=True)
@@ -104,17 +93,17 @@ def test_feature_store_reads_back_what_any_earlier_pass_computed(
     tiny_model: Path, tmp_path: Path
 ) -> None:
     model = SentenceModel.load(tiny_model, device="cpu")
-    first = compute_layer_features(model, TEXTS[:5], tmp_path, progress=False)
+    first = compute_layer_features(model, SENTENCES[:5], tmp_path, progress=False)
     files = sorted(tmp_path.glob("*.safetensors"))
     assert len(files) == 1 and sorted(first.layers) == [1, 2, 3]
     (tmp_path / "00009-interrupted.tmp").write_bytes(b"half a chunk")  # ignored
-    both = compute_layer_features(model, TEXTS[3:] + TEXTS[:3], tmp_path, progress=False)
-    assert len(sorted(tmp_path.glob("*.safetensors"))) == 2  # only TEXTS[5:] was encoded
+    both = compute_layer_features(model, SENTENCES[3:] + SENTENCES[:3], tmp_path, progress=False)
+    assert len(sorted(tmp_path.glob("*.safetensors"))) == 2  # only SENTENCES[5:] was encoded
     for layer in first.layers:
-        np.testing.assert_array_equal(both.subset(TEXTS[:5]).layers[layer], first.layers[layer])
-    uncached = compute_layer_features(model, TEXTS, progress=False)
-    np.testing.assert_allclose(both.subset(TEXTS).layers[3], uncached.layers[3], atol=1e-5)
-    assert len(FeatureStore(tmp_path).where) == len(TEXTS)
+        np.testing.assert_array_equal(both.subset(SENTENCES[:5]).layers[layer], first.layers[layer])
+    uncached = compute_layer_features(model, SENTENCES, progress=False)
+    np.testing.assert_allclose(both.subset(SENTENCES).layers[3], uncached.layers[3], atol=1e-5)
+    assert len(FeatureStore(tmp_path).where) == len(SENTENCES)
     with pytest.raises(DataError, match="no texts"):
         compute_layer_features(model, [], tmp_path)
 

@@ -38,7 +38,7 @@ from demitasse.training.losses import angle_distance
 from demitasse.training.model import ExitHeads
 from demitasse.training.recipes import make_objective
 from demitasse.training.updates import deconflicted, part_gradients
-from tests.helpers import build_tiny_model
+from tests.helpers import SENTENCES, build_tiny_model
 
 
 def _pairs(n: int = 8, d: int = 16, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -308,18 +308,6 @@ def test_epoch_batches_are_deterministic_cover_every_row_and_never_mix_sets() ->
     assert sorted(rows[1]) == list(range(7))
     next_epoch = [(i, r.tolist()) for i, r in epoch_batches(sets, 4, seed=3, epoch=1)]
     assert next_epoch != [(i, r.tolist()) for i, r in batches]
-
-
-SENTENCES = [
-    "a man is playing guitar",
-    "a woman is playing piano",
-    "the dog is running in park",
-    "a cat sits on mat",
-    "a child is eating food",
-    "the girl plays guitar",
-    "a boy is running",
-    "a red car in park",
-]
 
 
 @pytest.fixture(scope="module")
