@@ -52,6 +52,12 @@ class Layout:
     def precision(self) -> str:
         return str(self.provenance["precision"])
 
+    @property
+    def search_columns(self) -> list[str]:
+        """What a search reads: the row and id, the codes and (when kept) the rescoring
+        vectors; never the texts."""
+        return [ROW, ID, CODES, *([RESCORE] if self.rescore_dtype is not None else [])]
+
     def schema(self) -> pa.Schema:
         fields = [pa.field(ROW, pa.int64(), nullable=False), pa.field(ID, pa.string(), False)]
         if self.with_text:

@@ -291,7 +291,7 @@ class LanceStore:
     ) -> list[list[tuple[int, str, float]]]:
         quantizer = model.quantizer_for(layout.precision)
         depth = min(n_rows, math.ceil(k * factor) if factor and rescore_queries is not None else k)
-        columns = [ROW, ID, CODES, *([RESCORE] if layout.rescore_dtype is not None else [])]
+        columns = layout.search_columns
         found = []
         for i, code in enumerate(quantizer.quantize(first_stage)):
             candidates = _hamming_candidates(table, code, depth, n_rows, columns)
@@ -313,8 +313,7 @@ class LanceStore:
     ) -> list[list[tuple[int, str, float]]]:
         version = int(table.version)
         if self._scanned is None or self._scanned[0] != version:
-            columns = [ROW, ID, CODES, *([RESCORE] if layout.rescore_dtype is not None else [])]
-            scanned = _scan(table, columns)
+            scanned = _scan(table, layout.search_columns)
             self._scanned = (version, _index_of(scanned, layout, model), *_row_ids(scanned))
         _, index, rows_of, ids_of = self._scanned
         scores, rows = _search_index(index, first_stage, rescore_queries, slice(None), k, factor)
