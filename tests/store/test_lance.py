@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,19 @@ N_DOCS, N_QUERIES = 240, 12
 def _sentences(n: int, seed: int, words: int) -> list[str]:
     rng = np.random.default_rng(seed)
     return [" ".join(rng.choice(WORDS, words)) for _ in range(n)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread() -> Iterator[None]:
+    """The store encodes documents in batches of its own, the in-memory search all at once;
+    equal vectors then need one torch thread, since multi-threaded kernels round differently
+    for different batch shapes (with 2 threads the scores differ in the last bit)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
