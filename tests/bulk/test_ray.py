@@ -4,6 +4,7 @@ as the local engine, for embed and recompress; the public actor classes in a pla
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -102,3 +103,26 @@ def test_ray_completes_an_output_the_local_engine_left_unfinished(
     resumed = rows(out)
     assert resumed.column("id").to_pylist() == whole.column("id").to_pylist()
     assert resumed.column("embedding").to_pylist() == whole.column("embedding").to_pylist()
+
+
+
+def test_every_actor_gets_shards(models: Models, corpus: Path, tmp_path: Path) -> None:
+    """Pieces are one-row descriptors: fused into the actor stage, whose batch size bundled
+    them all into one task, one actor encoded every shard while the others idled."""
+    from demitasse.bulk.job import EMBED, BulkJob
+    from demitasse.bulk.manifest import Manifest
+    from demitasse.bulk.ray_engine import RayOptions, _dataset, pending_pieces
+    from demitasse.bulk.sources import Columns, expand_inputs
+
+    inputs = expand_inputs(f"{corpus}/*.txt", ("text",))
+    job = BulkJob(EMBED, str(models.int8), inputs, tmp_path / "out",
+                  Columns("text", None, "texts", id_required=False), shard_rows=16,
+                  batch_size=64)  # fmt: skip
+    pieces = pending_pieces(job, Manifest(EMBED, {}, [], {}))
+    assert len(pieces) >= 4
+    ds = _dataset(job, pieces, RayOptions(concurrency=2)).materialize()
+    stats = ds.stats()
+    assert "MapBatches(_read_piece)->" not in stats, stats  # a stage of its own
+    encoder = stats[stats.index("MapBatches(DemitasseEncoder)"):]
+    tasks = int(re.search(r"(\d+) tasks executed", encoder).group(1))  # type: ignore[union-attr]
+    assert tasks >= 2, stats

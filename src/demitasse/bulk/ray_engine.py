@@ -91,6 +91,8 @@ def _ensure_ray(options: RayOptions) -> Any:
     if not ray.is_initialized():
         # Ray's C++ core logs actor notes on stderr; a command-line run shows errors only.
         os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
+        # Ray Data re-reads its logging set-up at every execution; only this survives that.
+        os.environ.setdefault("RAY_DATA_LOG_LEVEL", "ERROR")
         ray.init(address=options.address, num_cpus=options.num_cpus, include_dashboard=False,
                  log_to_driver=False, logging_level=logging.ERROR)  # fmt: skip
     # Ray Data's plan, timing and deprecation notes would bury demitasse's one-line output.
@@ -106,7 +108,14 @@ def _dataset(job: BulkJob, pieces: list[dict[str, Any]], options: RayOptions) ->
     context.enable_progress_bars = False  # demitasse's own bar counts records
     actor = DemitasseEncoder if job.command == EMBED else DemitasseRecompressor
     ds = ray.data.from_items(pieces, override_num_blocks=len(pieces))
-    ds = ds.map_batches(_read_piece, batch_size=1, fn_kwargs={"job": job})
+    # Reading is its own stage, not fused into the actors' (different remote arguments keep
+    # Ray from fusing): fused, the actor stage's batch size bundled the one-row piece
+    # descriptors into a single task, and one actor encoded every shard while the rest idled.
+    # It takes no CPU of its own, so reads overlap the actors, which hold all the CPUs.
+    ds = ds.map_batches(
+        _read_piece, batch_size=1, fn_kwargs={"job": job}, num_cpus=0,
+        compute=ray.data.TaskPoolStrategy(size=max(2, options.concurrency)),
+    )  # fmt: skip
     return ds.map_batches(
         actor,
         batch_size=job.batch_size,
