@@ -37,7 +37,8 @@ from _common import HERE, RESULTS_MD, log, template
 from demitasse.cli.specs import parse_compressor_specs
 from demitasse.data import stsb_fit_sentences
 from demitasse.encoders import TransformerEncoder
-from demitasse.encoders.backends import BACKENDS, INT8_OPTIONS, instruction_sets
+from demitasse.encoders.backends import INT8_OPTIONS, instruction_sets
+from demitasse.encoders.base import BACKENDS
 from demitasse.evaluation import ResultRecord, build_tasks, evaluate_grid, machine_description
 from demitasse.evaluation.efficiency import thread_counts, time_interleaved
 from demitasse.evaluation.records import read_records, write_records

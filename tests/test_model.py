@@ -93,6 +93,22 @@ def test_vectors_only_model(tmp_path: Path) -> None:
     assert loaded.precisions == ["float32", "binary"]
 
 
+def test_quantised_transform_of_many_rows_equals_the_steps() -> None:
+    """Above a block of rows, compressing and quantising go block by block: the codes are the
+    compressor's then the quantiser's, and a bad row is named by its place in the input."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(20_000, 24)).astype(np.float32)
+    for precision in ("int8", "binary"):
+        model = CompressedModel(None, compressor="pca", dim=8, precision=precision)
+        model.fit(vectors=x[:2000], fit_data="synthetic")
+        assert model.quantizer is not None and model.compressor is not None
+        steps = model.quantizer.quantize(model.compressor.transform(x))
+        np.testing.assert_array_equal(model.transform(x, precision=precision), steps)
+    x[17_001, 5] = np.inf
+    with pytest.raises(DemitasseError, match="row 17001 "):
+        model.transform(x, precision="binary")
+
+
 def test_a_saved_compressor_loads_as_a_vectors_only_model(tmp_path: Path) -> None:
     vectors = np.random.default_rng(0).standard_normal((100, 12)).astype(np.float32)
     pca = make_compressor("pca", dim=4).fit(vectors)

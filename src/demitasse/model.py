@@ -45,8 +45,7 @@ from demitasse.compress import (
     make_quantizer,
 )
 from demitasse.data import check_texts
-from demitasse.encoders.backends import check_backend
-from demitasse.encoders.base import Encoder
+from demitasse.encoders.base import Encoder, check_backend
 from demitasse.errors import CompressorError, DataError, DemitasseError
 from demitasse.io import MARKER, atomic_directory, check_directory_target
 from demitasse.persistence import CONFIG_FILE, demitasse_version, read_config
@@ -61,6 +60,10 @@ RESCORE_DIR = "rescore"
 PRECISIONS = ("float32", "int8", "binary")
 #: Precisions that need no calibration, so every model offers them.
 CALIBRATION_FREE = ("float32", "binary")
+
+
+#: Rows compressed and quantised together (see ``_finish``).
+_PIPELINE_ROWS = 8192
 
 
 class CompressedModel:
@@ -387,9 +390,22 @@ class CompressedModel:
     def _finish(
         self, X: np.ndarray, dim: int, precision: str, normalize: bool | None
     ) -> np.ndarray:
-        reduced = self._compress(X, dim)
         if precision != "float32":
-            return self.quantizer_for(precision).quantize(reduced)
+            quantizer = self.quantizer_for(precision)
+            rows = min(len(X), _PIPELINE_ROWS)
+            first = quantizer.quantize(self._compress(X[:rows], dim))
+            if rows == len(X):
+                return first
+            # Compress and quantise a block of rows at a time: the float block stays in
+            # cache and is reused instead of one float copy of every row (about twice as
+            # fast on stored vectors, where this is all the work).
+            codes = np.empty((len(X), first.shape[1]), first.dtype)
+            codes[:rows] = first
+            for start in range(rows, len(X), rows):
+                block = X[start : start + rows]
+                codes[start : start + len(block)] = quantizer.quantize(self._compress(block, dim))
+            return codes
+        reduced = self._compress(X, dim)
         if self.normalize if normalize is None else normalize:
             reduced /= np.maximum(np.linalg.norm(reduced, axis=1, keepdims=True), 1e-12)
         return reduced

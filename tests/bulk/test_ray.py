@@ -105,7 +105,6 @@ def test_ray_completes_an_output_the_local_engine_left_unfinished(
     assert resumed.column("embedding").to_pylist() == whole.column("embedding").to_pylist()
 
 
-
 def test_every_actor_gets_shards(models: Models, corpus: Path, tmp_path: Path) -> None:
     """Pieces are one-row descriptors: fused into the actor stage, whose batch size bundled
     them all into one task, one actor encoded every shard while the others idled."""
@@ -123,6 +122,6 @@ def test_every_actor_gets_shards(models: Models, corpus: Path, tmp_path: Path) -
     ds = _dataset(job, pieces, RayOptions(concurrency=2)).materialize()
     stats = ds.stats()
     assert "MapBatches(_read_piece)->" not in stats, stats  # a stage of its own
-    encoder = stats[stats.index("MapBatches(DemitasseEncoder)"):]
+    encoder = stats[stats.index("MapBatches(DemitasseEncoder)") :]
     tasks = int(re.search(r"(\d+) tasks executed", encoder).group(1))  # type: ignore[union-attr]
     assert tasks >= 2, stats

@@ -230,6 +230,27 @@ def test_non_finite_input_names_the_row(x, bad):
         Int8Quantizer().fit(xb)
 
 
+@pytest.mark.parametrize("make", [PCA, lambda: RandomProjection(seed=0)], ids=["pca", "random"])
+def test_a_dense_map_checks_its_output_but_names_the_input_row(x, make):
+    """PCA and random projections check only their output (a NaN or inf anywhere in a row
+    reaches every output of it); the error still names the input row."""
+    compressor = make().fit(x)
+    for value, row in ((np.nan, 7), (np.inf, 160), (-np.inf, 299)):
+        xb = x.astype(np.float32)
+        xb[row, 3] = value
+        with pytest.raises(DataError, match=f"X row {row} contains NaN or inf") as exc:
+            compressor.transform(xb, chunk_rows=64)
+        assert_one_line(exc)
+
+
+def test_finite_values_whose_row_sum_overflows_pass_the_finiteness_check():
+    from demitasse.arrays import check_finite_chunk
+
+    check_finite_chunk(np.full((4, 8), 3e38, np.float32), 0)  # the quick sum is inf: recheck
+    with pytest.raises(DataError, match="X row 2 contains NaN"):
+        check_finite_chunk(np.array([[1, 2], [3, 4], [np.nan, 5]], np.float32), 0)
+
+
 def test_input_shape_and_type_checks(x):
     with pytest.raises(DataError, match="2-D"):
         PCA().fit(x[0])

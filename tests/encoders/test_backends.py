@@ -12,15 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from demitasse.cli.arguments import BACKENDS as CLI_BACKENDS
 from demitasse.encoders import TransformerEncoder
 from demitasse.encoders.backends import (
-    BACKENDS,
     check_backend,
     graph_directory,
     graph_path,
     instruction_sets,
 )
+from demitasse.encoders.base import BACKENDS
 from demitasse.encoders.cache import fingerprint_directory
 from demitasse.encoders.exit_heads import save_exit_heads
 from demitasse.errors import DemitasseError
@@ -299,10 +298,6 @@ def test_a_static_model_takes_no_backend(tiny_with_head: Path, tmp_path: Path) -
     with pytest.raises(DemitasseError, match="static model: the onnx backend applies"):
         load_encoder(path, backend="onnx")
     assert load_encoder(path, backend="torch").dim == 8
-
-
-def test_the_command_line_knows_the_same_backends() -> None:
-    assert CLI_BACKENDS == BACKENDS
 
 
 def test_the_instruction_sets_come_from_the_cpu() -> None:

@@ -10,6 +10,8 @@ import argparse
 import math
 from collections.abc import Callable
 
+from demitasse.encoders.base import BACKENDS
+
 
 def _integer(minimum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
@@ -46,11 +48,6 @@ positive_int = _integer(1)
 non_negative_int = _integer(0)
 positive_float = _number(0.0, inclusive=False)
 non_negative_float = _number(0.0, inclusive=True)
-
-
-#: As :data:`demitasse.encoders.backends.BACKENDS` (not imported: it would load torch before
-#: argparse has checked anything; a test keeps the two equal).
-BACKENDS = ("torch", "onnx", "onnx-int8")
 
 
 def backend_name(text: str) -> str:

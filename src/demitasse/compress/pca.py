@@ -31,6 +31,7 @@ class PCA(Compressor):
     """
 
     method: ClassVar[str] = "pca"
+    output_reveals_non_finite_input: ClassVar[bool] = True
     scalar_state: ClassVar[tuple[str, ...]] = ("total_variance_",)
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
         **Compressor._parameter_constraints,
@@ -128,9 +129,13 @@ class PCA(Compressor):
             projection = projection / np.sqrt(np.maximum(self.explained_variance_, floor))
         self._projection = np.ascontiguousarray(projection, dtype=np.float32)
         self._mean32 = self.mean_.astype(np.float32)
+        # x @ P - mean @ P: no centred copy of the (wide) input, the bias is one row.
+        self._bias32 = (self.mean_ @ projection).astype(np.float32)
 
     def _transform_chunk(self, X: np.ndarray, dim: int) -> np.ndarray:
-        return (X - self._mean32) @ self._projection[:, :dim]
+        result = X @ self._projection[:, :dim]
+        result -= self._bias32[:dim]
+        return result
 
     def _affine(self, dim: int) -> AffineMap:
         # (x - mean) @ P = P'x - P'mean: centring, ABTT and whitening all fold into one layer.

@@ -351,8 +351,14 @@ class Int8Quantizer(Quantizer):
 
     def _quantize_chunk(self, X: np.ndarray) -> np.ndarray:
         d = X.shape[1]
-        buckets = np.clip(np.floor((X - self.lo_[:d]) / self._step[:d]), 0, 255)
-        return (buckets - 128).astype(np.int8)
+        buckets = np.subtract(X, self.lo_[:d])
+        np.divide(buckets, self._step[:d], out=buckets)
+        # Clipped to [0, 255] first, truncation is floor; bucket - 128 as int8 is the bucket
+        # as uint8 with its top bit flipped.
+        np.clip(buckets, 0, 255, out=buckets)
+        codes = buckets.astype(np.uint8)
+        codes ^= 0x80
+        return codes.view(np.int8)
 
     def _similarity_chunk(self, A: np.ndarray, B: np.ndarray, n_bits: int) -> np.ndarray:
         return cosine_rows(A, B)

@@ -22,6 +22,7 @@ class RandomProjection(Compressor):
     """
 
     method: ClassVar[str] = "random"
+    output_reveals_non_finite_input: ClassVar[bool] = True
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
         **Compressor._parameter_constraints,
         "seed": [Integers(0)],

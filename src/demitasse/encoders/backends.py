@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from demitasse.encoders.base import check_backend
 from demitasse.encoders.cache import ONNX_CACHE_DIR, fingerprint_directory
 from demitasse.encoders.resolve import cache_root
 from demitasse.errors import DemitasseError
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-BACKENDS = ("torch", "onnx", "onnx-int8")
 #: Bumped whenever the exported graph changes, so that older cached graphs are not reused.
 EXPORT_VERSION = 1
 OPSET = 17
@@ -47,13 +47,6 @@ INT8_OPTIONS: dict[str, Any] = {
     "reduce_range": False,
     "extra_options": {"MatMulConstBOnly": True},
 }
-
-
-def check_backend(backend: Any) -> str:
-    """``backend`` if it names a backend, else a one-line error."""
-    if backend not in BACKENDS:
-        raise DemitasseError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    return str(backend)
 
 
 def check_installed(backend: str) -> None:

@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from demitasse.errors import DemitasseError
+
+#: How a transformer encoder runs (see :mod:`demitasse.encoders.backends`).
+BACKENDS = ("torch", "onnx", "onnx-int8")
+
+
+def check_backend(backend: Any) -> str:
+    """``backend`` if it names a backend, else a one-line error."""
+    if backend not in BACKENDS:
+        raise DemitasseError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    return str(backend)
 
 
 @runtime_checkable

@@ -210,7 +210,7 @@ class SweepSpace:
 
 def parse_backends(text: str) -> tuple[str, ...]:
     """``"onnx-int8"`` → ``("torch", "onnx-int8")``: torch always comes first."""
-    from demitasse.encoders.backends import BACKENDS as KNOWN
+    from demitasse.encoders.base import BACKENDS as KNOWN
 
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in KNOWN]
