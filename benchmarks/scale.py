@@ -203,7 +203,7 @@ def recompress_runs(args: argparse.Namespace, work: Path) -> list[dict[str, Any]
             "--out",
             str(out),
             "--batch-size",
-            "65536",
+            "16384",
             "--shard-rows",
             "100000",
         ]
