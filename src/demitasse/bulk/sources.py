@@ -310,4 +310,3 @@ def _parquet_chunk(
 def vectors_of(column: Any, where: str, name: str) -> np.ndarray:
     """A Parquet list column as a float32 [n, d] array (one copy; nulls and ragged rows refused)."""
     return arrow_vectors(column, f"{where}: column {name!r}")
-
