@@ -11,6 +11,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# A shell starts background jobs with SIGINT ignored, and an ignored signal stays ignored in
+# every child: the tests that interrupt a process would wait forever. Python's own Ctrl-C.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
