@@ -392,19 +392,13 @@ class CompressedModel:
     ) -> np.ndarray:
         if precision != "float32":
             quantizer = self.quantizer_for(precision)
-            rows = min(len(X), _PIPELINE_ROWS)
-            first = quantizer.quantize(self._compress(X[:rows], dim))
-            if rows == len(X):
-                return first
             # Compress and quantise a block of rows at a time: the float block stays in
             # cache and is reused instead of one float copy of every row (about twice as
             # fast on stored vectors, where this is all the work).
-            codes = np.empty((len(X), first.shape[1]), first.dtype)
-            codes[:rows] = first
-            for start in range(rows, len(X), rows):
-                block = X[start : start + rows]
-                codes[start : start + len(block)] = quantizer.quantize(self._compress(block, dim))
-            return codes
+            blocks = range(0, len(X), _PIPELINE_ROWS)
+            return np.concatenate(
+                [quantizer.quantize(self._compress(X[s : s + _PIPELINE_ROWS], dim)) for s in blocks]
+            )
         reduced = self._compress(X, dim)
         if self.normalize if normalize is None else normalize:
             reduced /= np.maximum(np.linalg.norm(reduced, axis=1, keepdims=True), 1e-12)
