@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +20,16 @@ from demitasse.errors import DataError
 from demitasse.provenance import ProvenanceError, provenance_json
 from tests.helpers import WORDS, build_tiny_model, synthetic_beir
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("lancedb") is None or importlib.util.find_spec("faiss") is None,
-    reason="lancedb (the vectordb extra) or faiss-cpu (the retrieval extra) is absent",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("lancedb") is None or importlib.util.find_spec("faiss") is None,
+        reason="lancedb (the vectordb extra) or faiss-cpu (the retrieval extra) is absent",
+    ),
+    # The store encodes documents in batches of its own, the in-memory search all at once;
+    # equal vectors then need one torch thread, since multi-threaded kernels round differently
+    # for different batch shapes (with 2 threads the scores differ in the last bit).
+    pytest.mark.usefixtures("one_torch_thread"),
+]
 
 N_DOCS, N_QUERIES = 240, 12
 
@@ -32,19 +37,6 @@ N_DOCS, N_QUERIES = 240, 12
 def _sentences(n: int, seed: int, words: int) -> list[str]:
     rng = np.random.default_rng(seed)
     return [" ".join(rng.choice(WORDS, words)) for _ in range(n)]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    """The store encodes documents in batches of its own, the in-memory search all at once;
-    equal vectors then need one torch thread, since multi-threaded kernels round differently
-    for different batch shapes (with 2 threads the scores differ in the last bit)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
