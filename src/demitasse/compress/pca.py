@@ -128,8 +128,8 @@ class PCA(Compressor):
             floor = _WHITEN_FLOOR * max(self.total_variance_, np.finfo(np.float64).tiny)
             projection = projection / np.sqrt(np.maximum(self.explained_variance_, floor))
         self._projection = np.ascontiguousarray(projection, dtype=np.float32)
-        self._mean32 = self.mean_.astype(np.float32)
-        # x @ P - mean @ P: no centred copy of the (wide) input, the bias is one row.
+        # (x - mean) @ P = x @ P - mean @ P: no centred copy of the (wide) input, and centring,
+        # ABTT and whitening all fold into one affine layer (transform and exporters share it).
         self._bias32 = (self.mean_ @ projection).astype(np.float32)
 
     def _transform_chunk(self, X: np.ndarray, dim: int) -> np.ndarray:
@@ -138,10 +138,7 @@ class PCA(Compressor):
         return result
 
     def _affine(self, dim: int) -> AffineMap:
-        # (x - mean) @ P = P'x - P'mean: centring, ABTT and whitening all fold into one layer.
-        projection = self._projection[:, :dim].astype(np.float64)
-        bias = -(self._mean32.astype(np.float64) @ projection)
-        return AffineMap(np.ascontiguousarray(self._projection[:, :dim].T), bias.astype(np.float32))
+        return AffineMap(np.ascontiguousarray(self._projection[:, :dim].T), -self._bias32[:dim])
 
     def _state(self) -> dict[str, np.ndarray]:
         return {
