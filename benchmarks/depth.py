@@ -93,7 +93,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--unlabeled", type=int, default=100_000, help="distillation texts")
     parser.add_argument("--agreement-texts", type=int, default=2000, help="held-aside texts")
-    parser.add_argument("--nli", type=int, default=None, help="most SNLI triples (all)")
+    parser.add_argument(
+        "--max-examples",
+        "--nli",
+        type=int,
+        default=None,
+        help="most examples of each training set, as `demitasse train --max-examples` (all)",
+    )
     parser.add_argument("--sts-limit", type=int, default=None, help="pairs per STS set (all)")
     parser.add_argument("--classification-limit", type=int, default=None)
     parser.add_argument("--scifact-docs", type=int, default=None, help="corpus size (all)")
@@ -176,12 +182,10 @@ def load_data(args: argparse.Namespace) -> Data:
     dev = {"STS-B dev": load_stsb("dev", root), "SICK trial": load_sickr("trial", root)}
     # Dev decides between candidates; a single label-free recipe needs neither it nor pairs.
     label_free_only = args.recipe == LABEL_FREE
-    training = [] if label_free_only else load_training_sets(["stsb-train", "snli"], root)
-    if args.nli and training:
-        snli = training[1]
-        n = min(args.nli, len(snli))
-        negatives = None if snli.negatives is None else snli.negatives[:n]
-        training[1] = TrainingSet(snli.name, snli.anchors[:n], snli.positives[:n], negatives)
+    training = (
+        [] if label_free_only
+        else load_training_sets(["stsb-train", "snli"], root, args.max_examples)
+    )  # fmt: skip
     # No evaluation or dev sentence is distilled on or used to measure agreement.
     held = evaluation_sentences(root) | {t for p in dev.values() for t in p.texts()}
     pool = load_unlabeled(root, args.unlabeled + args.agreement_texts, 0, held)

@@ -48,6 +48,30 @@ def test_training_set_drops_examples_whose_positive_or_negative_is_held_out() ->
         labelled.without_pairs({("b", "q"), ("a", "p")})
 
 
+def test_head_keeps_the_first_examples_of_every_field() -> None:
+    labelled = TrainingSet("nli", list("abc"), list("pqr"), list("xyz"), labels=np.array([0, 2, 1]))
+    first = labelled.head(2)
+    assert (first.name, first.anchors, first.positives, first.negatives) == (
+        "nli",
+        ["a", "b"],
+        ["p", "q"],
+        ["x", "y"],
+    )
+    np.testing.assert_array_equal(first.labels, [0, 2])
+    assert labelled.head(3) is labelled and labelled.head(10) is labelled
+
+
+def test_max_examples_caps_each_set_after_the_evaluation_pairs_are_removed(
+    data_dir: Path,
+) -> None:
+    full = load_training_sets(["stsb-train", "snli"], data_dir)
+    capped = load_training_sets(["stsb-train", "snli"], data_dir, max_examples=1000)
+    assert len(full[0]) == len(capped[0]) == 990  # fewer left than the cap
+    assert len(full[1]) > 1000 and len(capped[1]) == 1000
+    assert capped[1].anchors == full[1].anchors[:1000]
+    assert capped[1].negatives == full[1].negatives[:1000]
+
+
 def test_named_training_sets_share_no_pair_with_the_sts_test_and_dev_splits(
     data_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

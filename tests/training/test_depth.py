@@ -216,5 +216,8 @@ def test_cli_distil_trains_heads_on_the_frozen_encoder(
     summary = json.loads((tmp_path / "run" / "training.json").read_text())
     assert summary["unlabeled_texts"] == 60 and summary["sets"] == []
     assert set(summary["dev"]) == {"1", "2"}
+    assert main([*argv, "--max-examples", "3", "--out", str(tmp_path / "supervised")]) == 0
+    summary = json.loads((tmp_path / "supervised" / "training.json").read_text())
+    assert summary["sets"] == [["STS-B/train", 3], ["snli", 3]]
     assert main([a for a in argv if a != "--frozen-encoder"] + ["--out", str(tmp_path / "x")]) == 2
     assert "--exit-heads --frozen-encoder" in capsys.readouterr().err

@@ -170,6 +170,12 @@ def _add_train_parser(commands: Any) -> None:
         help="comma-separated: stsb-train, sick-train, snli (default: stsb-train,snli)",
     )
     train.add_argument("--data-dir", default=None, help="shared data folder ($DEMITASSE_DATA)")
+    train.add_argument(
+        "--max-examples",
+        type=positive_int,
+        default=None,
+        help="train on at most the first N examples of each --data set (all)",
+    )
     train.add_argument("--out", required=True, help="run directory (resumes if it exists)")
     train.add_argument("--loss", choices=("angle", "cosent", "ibn"), default="angle")
     train.add_argument("--epochs", type=positive_int, default=1)
@@ -486,7 +492,7 @@ def _run_train(args: argparse.Namespace) -> int:
     options = _espresso_options(args)
     # The options and the run folder (a corrupt checkpoint) fail before data and model load.
     check_run_directory(args.out)
-    sets = load_training_sets(_training_data_names(args), args.data_dir)
+    sets = load_training_sets(_training_data_names(args), args.data_dir, args.max_examples)
     dev = load_stsb("dev", args.data_dir)
     model = SentenceModel.load(args.model)
     objective_options, update_options = split_options(options)
@@ -528,7 +534,7 @@ def _run_distil_heads(args: argparse.Namespace) -> int:
         raise DemitasseError("--distil fits exit heads on the frozen encoder: give it with "
                              "--exit-heads --frozen-encoder (and no other --method)")  # fmt: skip
     names = [] if args.supervised_weight == 0 else _training_data_names(args)
-    sets = load_training_sets(names, args.data_dir) if names else []
+    sets = load_training_sets(names, args.data_dir, args.max_examples) if names else []
     dev = load_stsb("dev", args.data_dir)
     texts: list[str] = []
     if args.distil:

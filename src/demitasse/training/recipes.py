@@ -34,10 +34,13 @@ MRL_DIMS = (384, 256, 128, 64, 32, 16, 8)
 UPDATE_OPTIONS = ("gradient_priority", "decoupled_updates", "inner_rate")
 
 
-def load_training_sets(names: Sequence[str], data_dir: DataDir = None) -> list[TrainingSet]:
+def load_training_sets(
+    names: Sequence[str], data_dir: DataDir = None, max_examples: int | None = None
+) -> list[TrainingSet]:
     """Training sets by name: ``stsb-train``, ``sick-train``, ``snli`` (triples), less every
     pair that is also an STS test or dev pair (most of STS-B train is STS12–16 test: see
-    :mod:`demitasse.data.overlap`); each set that lost examples is logged (INFO)."""
+    :mod:`demitasse.data.overlap`), then at most the first ``max_examples`` of each; each set
+    that lost examples to the evaluation sets is logged (INFO)."""
     unknown = [n for n in names if n not in TRAINING_SETS]
     if unknown or not names:
         raise DemitasseError(
@@ -49,7 +52,7 @@ def load_training_sets(names: Sequence[str], data_dir: DataDir = None) -> list[T
     for name in names:
         full = TRAINING_SETS[name](data_dir)
         kept = full.without_pairs(held_out)
-        sets.append(kept)
+        sets.append(kept if max_examples is None else kept.head(max_examples))
         if len(kept) < len(full):
             logger.info(
                 "%s: %d of %d examples kept; the other %d are STS test or dev pairs",

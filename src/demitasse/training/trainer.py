@@ -88,7 +88,14 @@ class TrainingSet:
                 f"{self.name}: {int(keep.sum())} of {len(self)} examples left once the "
                 "evaluation pairs are removed; training needs at least 2"
             )
+        return self._rows(keep)
 
+    def head(self, n: int) -> TrainingSet:
+        """The first ``n`` examples (all of them when there are fewer), under the same name."""
+        keep = np.arange(len(self)) < n
+        return self if keep.all() else self._rows(keep)
+
+    def _rows(self, keep: np.ndarray) -> TrainingSet:
         def kept(items: list[str]) -> list[str]:
             return [item for item, k in zip(items, keep, strict=True) if k]
 
