@@ -57,6 +57,7 @@ from demitasse.experiments.depth_checks import depth_checks, family_flags
 from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
 from demitasse.report.results_file import update_section
+from demitasse.report.templates import join_blocks
 from demitasse.search import QuantizedIndex
 from demitasse.training import SentenceModel, TrainingSet
 from demitasse.training.frozen import training_texts
@@ -472,6 +473,8 @@ def write_results(args, data, fitted, chosen_name, records, scores, flags, check
         speed_texts=args.speed_texts, load_before=f"{facts['load_before']:.1f}",
         epochs_note=epochs_note(),
     )  # fmt: skip
+    if args.results_name == NAME:  # one place for it, whichever model's section is re-run
+        body = join_blocks(body, template(NAME).fill("seed_claim"))
     update_section(RESULTS_MD, args.results_name, body)
     log(f"wrote the section {args.results_name} of {RESULTS_MD}")
 
