@@ -138,6 +138,12 @@ def measure_quality(
     return records
 
 
+def load_note(records: list[ResultRecord]) -> str:
+    loads = {r.model: (r.extra.get("load_1m_before"), r.extra.get("load_1m_after"))
+             for r in records if r.metric == "sentences_per_s"}  # fmt: skip
+    return "; ".join(f"{m} {before} → {after}" for m, (before, after) in loads.items())
+
+
 def lock_note(records: list[ResultRecord]) -> str:
     held = {r.model: r.extra.get("bench_lock_held") for r in records
             if r.metric == "sentences_per_s"}  # fmt: skip
@@ -231,7 +237,7 @@ def main() -> int:
         texts=len(texts), repeats=args.repeats, batch=args.batch_size,
         int8=", ".join(f"{k}={v}" for k, v in INT8_OPTIONS.items()),
         table=markdown_table(headers, rows_of(records)),
-        lock=lock_note(records),
+        lock=lock_note(records), loads=load_note(records),
         commands="; ".join(f"`{c}`" for c in dict.fromkeys(r.extra["command"] for r in records)),
     )  # fmt: skip
     print(body)
