@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -138,16 +139,19 @@ def measure_quality(
     return records
 
 
+def timing_extras(records: list[ResultRecord]) -> dict[str, dict[str, Any]]:
+    """Each model's facts of its timed rounds (every speed record of a model shares them)."""
+    return {r.model: r.extra for r in records if r.metric == "sentences_per_s"}
+
+
 def load_note(records: list[ResultRecord]) -> str:
-    loads = {r.model: (r.extra.get("load_1m_before"), r.extra.get("load_1m_after"))
-             for r in records if r.metric == "sentences_per_s"}  # fmt: skip
-    return "; ".join(f"{m} {before} → {after}" for m, (before, after) in loads.items())
+    return "; ".join(f"{model} {extra.get('load_1m_before')} → {extra.get('load_1m_after')}"
+                     for model, extra in timing_extras(records).items())  # fmt: skip
 
 
 def lock_note(records: list[ResultRecord]) -> str:
-    held = {r.model: r.extra.get("bench_lock_held") for r in records
-            if r.metric == "sentences_per_s"}  # fmt: skip
-    return "; ".join(f"{m}: {'held' if h else 'not held'}" for m, h in held.items())
+    return "; ".join(f"{model}: {'held' if extra.get('bench_lock_held') else 'not held'}"
+                     for model, extra in timing_extras(records).items())  # fmt: skip
 
 
 def rows_of(records: list[ResultRecord]) -> list[list[object]]:

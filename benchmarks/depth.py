@@ -457,7 +457,8 @@ def write_results(args, data, fitted, chosen_name, records, scores, flags, check
     check_rows = [
         [c.name, f"{c.value:+.2f}", c.target, "yes" if c.passed else "**no**"] for c in checks
     ]
-    body = template(NAME).fill(
+    prose = template(NAME)
+    body = prose.fill(
         name=args.results_name,
         command=" ".join(["python benchmarks/depth.py", *sys.argv[1:]]),
         machine=machine_description(), threads=threads, device=args.device,
@@ -474,7 +475,7 @@ def write_results(args, data, fitted, chosen_name, records, scores, flags, check
         epochs_note=epochs_note(),
     )  # fmt: skip
     if args.results_name == NAME:  # one place for it, whichever model's section is re-run
-        body = join_blocks(body, template(NAME).fill("seed_claim"))
+        body = join_blocks(body, prose.fill("seed_claim"))
     update_section(RESULTS_MD, args.results_name, body)
     log(f"wrote the section {args.results_name} of {RESULTS_MD}")
 
