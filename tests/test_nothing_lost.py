@@ -27,7 +27,7 @@ import pytest
 
 from demitasse.cli import main
 from demitasse.errors import DemitasseError
-from demitasse.io import Interrupted, atomic_directory, atomic_path
+from demitasse.io import Interrupted, atomic_directory, atomic_path, remove_temporaries
 from tests.helpers import build_tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -240,6 +240,53 @@ def test_3_an_interrupted_save_keeps_the_old_output(
             helper.join()
     finally:
         done.set()
+
+
+def test_3_a_failed_swap_puts_the_old_output_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "out"
+    _output(target, "old")
+    rename = Path.replace
+
+    def second_rename_fails(self: Path, destination: str | Path) -> Path:
+        if self.name.endswith(".tmp"):  # the new output moving in: the disk says no
+            raise OSError(errno.EIO, "Input/output error", str(self))
+        return rename(self, destination)
+
+    with monkeypatch.context() as patch, pytest.raises(OSError):
+        patch.setattr(Path, "replace", second_rename_fails)
+        _output(target, "new")
+    assert (target / "data.txt").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_3_a_signal_before_the_cleanup_holds_signals_still_cleans_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Python runs a handler between any two bytecodes, so a signal can land while the cleanup
+    # is still swapping the handlers: the cleanup then runs anyway, every handler is put back,
+    # and the interruption is raised once the temporaries are gone.
+    held = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {signum: signal.getsignal(signum) for signum in held}
+    folder, file = tmp_path / ".dt-x.tmp", tmp_path / ".dt-y.tmp"
+    folder.mkdir()
+    (folder / "part").write_text("half")
+    file.write_text("half")
+    getsignal = signal.getsignal
+    calls: list[int] = []
+
+    def signal_lands_midway(signum: int) -> object:
+        calls.append(signum)
+        if len(calls) == 2:  # SIGINT's handler is already swapped, SIGTERM's not yet
+            raise Interrupted(signal.SIGTERM)
+        return getsignal(signum)
+
+    with monkeypatch.context() as patch, pytest.raises(Interrupted):
+        patch.setattr(signal, "getsignal", signal_lands_midway)
+        remove_temporaries(folder, None, file)
+    assert list(tmp_path.iterdir()) == []
+    assert {signum: signal.getsignal(signum) for signum in held} == before
 
 
 def test_3_an_interrupted_command_says_so_in_one_line(

@@ -80,22 +80,62 @@ def signals_held() -> Iterator[None]:
         noted.append(signum)
 
     previous: dict[int, Any] = {}
-    for signum in _HELD_SIGNALS:
-        handler = signal.getsignal(signum)
-        if handler is not None:  # None: set outside Python, which cannot be put back
-            previous[signum] = handler
-            signal.signal(signum, note)
-    try:
+    try:  # a signal during the swap of handlers still gets every one of them put back
+        for signum in _HELD_SIGNALS:
+            handler = signal.getsignal(signum)
+            if handler is not None:  # None: set outside Python, which cannot be put back
+                previous[signum] = handler
+                signal.signal(signum, note)
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        arrived = _restore_handlers(previous)
         for signum in dict.fromkeys(noted):
             handler = previous[signum]
             if callable(handler):
                 handler(signum, None)
             elif handler == signal.SIG_DFL:
                 os.kill(os.getpid(), signum)  # the default action, now that it is safe
+        if arrived is not None:
+            raise arrived
+
+
+def _restore_handlers(previous: dict[int, Any]) -> KeyboardInterrupt | None:
+    """Put every handler back, even if one put back already fires midway; return what fired.
+
+    Python runs a handler between any two bytecodes, so a signal whose own handler is back
+    can interrupt this loop; then the others would stay on ``note`` for good.
+    """
+    arrived: KeyboardInterrupt | None = None
+    waiting = list(previous.items())
+    while waiting:
+        try:
+            while waiting:
+                signal.signal(*waiting[0])  # setting one twice is harmless
+                waiting.pop(0)
+        except KeyboardInterrupt as exc:
+            arrived = exc
+    return arrived
+
+
+def remove_temporaries(*paths: Path | None) -> None:
+    """Remove temporary files or folders, with signals held; a signal raised before they
+    could be held is raised again once the paths are gone, so none is ever left behind."""
+    arrived: KeyboardInterrupt | None = None
+    while True:
+        try:
+            with signals_held():
+                for path in paths:
+                    if path is None:
+                        continue
+                    if path.is_dir() and not path.is_symlink():
+                        shutil.rmtree(path, ignore_errors=True)
+                    else:
+                        path.unlink(missing_ok=True)
+            break
+        except KeyboardInterrupt as exc:  # removing again is harmless
+            arrived = arrived or exc
+    if arrived is not None:
+        raise arrived
 
 
 def _umask() -> int:
@@ -161,10 +201,9 @@ def atomic_path(target: str | Path, suffix: str = "") -> Iterator[Path]:
         tmp.chmod(0o666 & ~_umask())  # mkstemp makes 0600 files
         with signals_held():
             tmp.replace(target)
+            tmp = None
     finally:
-        if tmp is not None:
-            with signals_held():
-                tmp.unlink(missing_ok=True)
+        remove_temporaries(tmp)
 
 
 def atomic_write_bytes(target: str | Path, data: bytes) -> None:
@@ -292,18 +331,24 @@ def atomic_directory(
             raise
         _open_permissions(tmp)
         (tmp / MARKER).write_text(strict_json({"kind": kind, "complete": True}) + "\n")
-        with signals_held():
+        with signals_held():  # the old output goes in the same held block: no gap to cut
             if target.exists():
                 old = Path(tempfile.mkdtemp(dir=target.parent, prefix=prefix, suffix=".old"))
                 old.rmdir()
                 target.replace(old)
-            tmp.replace(target)
-    finally:
-        with signals_held():  # cleaning up must not be cut short by a signal either
-            if tmp is not None and tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-            if old is not None:  # the new output is in place: the old one goes
+            try:
+                tmp.replace(target)
+            except OSError:
+                if old is not None:  # the user's output goes back where it was
+                    old.replace(target)
+                    old = None
+                raise
+            tmp = None
+            if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
+                old = None
+    finally:
+        remove_temporaries(tmp, old)
 
 
 def _open_permissions(root: Path) -> None:
