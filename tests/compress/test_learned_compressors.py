@@ -358,3 +358,31 @@ def test_a_diverging_fit_stops_with_one_line_naming_the_compressor() -> None:
     model = MatryoshkaAdaptor(dim=8, min_dim=4, learning_rate=1e30, **FAST)
     with pytest.raises(CompressorError, match=r"^adaptor: training: loss became (inf|nan) at step"):
         model.fit(correlated())
+
+
+def test_rows_past_gradient_rows_are_computed_without_gradient() -> None:
+    from demitasse.compress.smec_stage import SelectionStage
+
+    torch.manual_seed(0)
+    stage = SelectionStage(16, 8, 16, 12, ads=True, tau=0.5).train()
+    with torch.no_grad():
+        stage.out.weight.normal_()  # the MLP starts at zero: give it something to compute
+    h, context = torch.randn(10, 16), torch.randn(10, 16)
+    torch.manual_seed(1)
+    everything = stage(h, context)
+    stage.gradient_rows = 4
+    torch.manual_seed(1)  # the same ADS sample
+    split = stage(h, context)
+    assert torch.allclose(split, everything, atol=1e-6)  # the same vectors either way
+    split[4:].sum().backward(retain_graph=True)  # the neighbour rows: no path to the weights
+    assert stage.hidden.weight.grad is None or not stage.hidden.weight.grad.any()
+    split[:4].sum().backward()
+    assert stage.hidden.weight.grad is not None and stage.hidden.weight.grad.any()
+
+
+def test_smec_without_memory_gradients_fits() -> None:
+    X = correlated()
+    settings = FAST | {"memory_size": 300, "batch_size": 64}
+    model = SMEC(dim=8, min_dim=4, nested_stages=True, refresh_memory=True,
+                 memory_gradients=False, **settings).fit(X)  # fmt: skip
+    assert np.isfinite(model.transform(X[:5], dim=4)).all()

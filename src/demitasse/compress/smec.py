@@ -27,7 +27,10 @@ Three parts, each switchable for ablation:
   replaces the in-batch top-k term. With ``refresh_memory`` the queue stores row indices and
   the neighbours are compressed again by the current stages in the same pass (the backbone is
   frozen, so a stored embedding never goes stale, and the compressor is cheap to rerun), and
-  the memory term is added to the in-batch top-k term. About 4× slower per step.
+  the memory term is added to the in-batch top-k term. About 4× slower per step, most of it
+  the neighbours' backward pass: ``memory_gradients=False`` computes them without gradient
+  (each neighbour is an anchor in its own batches), so only the batch's rows learn from the
+  pairs.
 
 Which mode is better depends on the data: on MiniLM, STS-B dev and SICK trial preferred
 ``nested_stages`` + ``refresh_memory`` for unlabeled sentences and the defaults with a CoSENT
@@ -218,11 +221,12 @@ class _GroupObjective:
         n = len(rows)
         for stage in self.trained:
             stage.soft_rows = n  # the ADS term reads the batch's rows only
+            stage.gradient_rows = None if self.smec.memory_gradients else n
         try:
             outputs = self.chain(H[everything], U[everything])
         finally:
             for stage in self.trained:
-                stage.soft_rows = None
+                stage.soft_rows = stage.gradient_rows = None
         neighbours = _Neighbours(stored_x[nearest], [out[n:][where] for out in outputs])
         return [out[:n] for out in outputs], neighbours
 
@@ -283,6 +287,7 @@ class SMEC(LearnedCompressor):
                 "ads",
                 "xbm",
                 "refresh_memory",
+                "memory_gradients",
                 "nested_stages",
                 "record_gradients",
             )
@@ -301,6 +306,7 @@ class SMEC(LearnedCompressor):
         xbm: bool = True,
         memory_size: int = 5000,
         refresh_memory: bool = False,
+        memory_gradients: bool = True,
         nested_stages: bool = False,
         topk: int = 10,
         hidden_dim: int = 512,
@@ -330,6 +336,7 @@ class SMEC(LearnedCompressor):
         self.xbm = xbm
         self.memory_size = memory_size
         self.refresh_memory = refresh_memory
+        self.memory_gradients = memory_gradients
         self.nested_stages = nested_stages
         self.topk = topk
         self.hidden_dim = hidden_dim

@@ -52,6 +52,9 @@ class SelectionStage(torch.nn.Module):
         #: Rows of the next inputs the ADS term reads (None: all): the relaxed pass is as
         #: costly as the forward pass, and refreshed memory neighbours need only the latter.
         self.soft_rows: int | None = None
+        #: Rows of the next inputs that carry gradients (None: all); the others, refreshed
+        #: memory neighbours, are computed without, which saves their backward pass.
+        self.gradient_rows: int | None = None
 
     def selected(self) -> torch.Tensor:
         """Indices of the inputs used at inference, most important first."""
@@ -87,7 +90,14 @@ class SelectionStage(torch.nn.Module):
         )
 
     def forward(self, h: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-        out = self.reduce(h * self.mask(), context)
+        mask = self.mask()  # one sample for every row
+        n = self.gradient_rows
+        if n is None or n >= len(h):
+            out = self.reduce(h * mask, context)
+        else:
+            with torch.no_grad():
+                rest = self.reduce(h[n:] * mask, context[n:])
+            out = torch.cat([self.reduce(h[:n] * mask, context[:n]), rest])
         # Straight-through, evaluated at the relaxed point: the logits learn from the softly
         # masked input pushed through the (detached) reduction trained on the hard selection.
         # At the hard point itself the gradient only says how to rescale dims that are already
