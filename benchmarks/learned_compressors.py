@@ -140,6 +140,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--methods", default=",".join(GRID.methods), help="learned ones to fit")
     parser.add_argument("--no-retrieval", action="store_true")
     parser.add_argument("--workers", type=int, default=2, help="fits run in parallel")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads per fit (with --workers 1, the cores one fit gets, for fit times)",
+    )
     parser.add_argument("--results-name", default="learned_compressors")
     args = parser.parse_args()
     args.seed_list = [None]
@@ -202,10 +208,9 @@ def make_fit(job: FitJob, setting: FitSetting, widest: int) -> Compressor:
     method = GRID.methods[job.method]
     mode = smec_mode(job.setting) if method.compressor == "smec" else {}
     seeded = {} if job.seed is None else {"seed": job.seed}
-    return make_compressor(
-        method.compressor, **method.options, max_epochs=setting.epochs, **setting.params,
-        **mode, **seeded,
-    )  # fmt: skip
+    # A method's own options (a fast recipe's epochs, say) win over the setting's.
+    options = {"max_epochs": setting.epochs, **setting.params, **mode, **method.options}
+    return make_compressor(method.compressor, **options, **seeded)
 
 
 def fit_all(
@@ -225,7 +230,7 @@ def fit_all(
 
     jobs = seed_jobs(settings, BASELINES, args.methods, args.seed_list)
     jobs.sort(key=lambda job: (job.setting != "unsupervised", not job.method.startswith("smec")))
-    return list(run_in_workers(fit, jobs, workers=args.workers, threads=1))
+    return list(run_in_workers(fit, jobs, workers=args.workers, threads=args.threads))
 
 
 def ordered(records: list[ResultRecord], settings: Sequence[str], methods: Sequence[str]) -> None:
@@ -259,7 +264,8 @@ def main() -> int:
     args = parse_args()
     log_progress()
     started = time.perf_counter()
-    torch.set_num_threads(1)  # workers too: settings run side by side on separate cores
+    # Workers too: settings run side by side on separate cores, unless --threads says more.
+    torch.set_num_threads(args.threads)
     data_dir = resolve_data_dir(args.data_dir)
     encoder = load_encoder(args.model)
     judged = sts_and_scifact(
@@ -297,6 +303,15 @@ def main() -> int:
     return 0
 
 
+def method_label(name: str) -> str:
+    """A learned method's grid name, with the options that set it apart from its compressor's
+    defaults beyond the widths (``dim``, ``min_dim``)."""
+    options = {k: v for k, v in GRID.methods[name].options.items() if k not in ("dim", "min_dim")}
+    if not options:
+        return name
+    return f"{name} ({', '.join(f'{k} {v}' for k, v in options.items())})"
+
+
 def run_facts(
     args: argparse.Namespace, encoder: Encoder, settings: dict[str, FitSetting], elapsed: float
 ) -> dict[str, Any]:
@@ -307,7 +322,7 @@ def run_facts(
         subset_note = PROSE.fill(
             "subset_note",
             setting_names=", ".join(settings),
-            method_names=", ".join(args.methods),
+            method_names=", ".join(map(method_label, args.methods)),
         )
     return {
         "results_name": args.results_name,
@@ -322,6 +337,7 @@ def run_facts(
         "rank_weight": f"{args.rank_weight:g}",
         "pairwise_weight": f"{GRID.settings.unsupervised.smec_mode['pairwise_weight']:g}",
         "workers": args.workers,
+        "threads": args.threads,
         "seeds_note": seeds_note,
         "subset_note": subset_note,
     }
