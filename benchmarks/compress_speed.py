@@ -2,8 +2,8 @@
 """Transform throughput of every learned compressor, folded for inference, next to PCA's.
 
 Each learned compressor (Matryoshka-Adaptor, SMEC, MCR²) is fitted with its library defaults
-(hidden 512), and again with hidden width 128, for one epoch on random unit vectors of the width of all-MiniLM-L6-v2 (384), with
-a decaying spectrum as sentence embeddings have: speed depends on the shapes of the network,
+(hidden 512), and again with hidden width 128, for one epoch on random unit vectors of the
+width of all-MiniLM-L6-v2 (384), with a decaying spectrum as sentence embeddings have: speed depends on the shapes of the network,
 not on how well it was trained, so the script needs no model and no data. Then ``transform``
 (the folded plan, see ``demitasse.compress.folding``) and ``reference_transform`` (the
 network as it trains) are timed on the same vectors, best of ``--repeats``, with ``--threads``
