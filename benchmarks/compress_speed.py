@@ -3,11 +3,12 @@
 
 Each learned compressor (Matryoshka-Adaptor, SMEC, MCR²) is fitted with its library defaults
 (hidden 512), and again with hidden width 128, for one epoch on random unit vectors of the
-width of all-MiniLM-L6-v2 (384), with a decaying spectrum as sentence embeddings have: speed depends on the shapes of the network,
-not on how well it was trained, so the script needs no model and no data. Then ``transform``
-(the folded plan, see ``demitasse.compress.folding``) and ``reference_transform`` (the
-network as it trains) are timed on the same vectors, best of ``--repeats``, with ``--threads``
-torch threads, and the largest difference between the two outputs is recorded.
+width of all-MiniLM-L6-v2 (384), with a decaying spectrum as sentence embeddings have: speed
+depends on the shapes of the network, not on how well it was trained, so the script needs no
+model and no data. Then ``transform`` (the folded plan, see ``demitasse.compress.folding``) and
+``reference_transform`` (the network as it trains) are timed on the same vectors, best of
+``--repeats``, with ``--threads`` torch threads, and the largest difference between the two
+outputs is recorded.
 
     python benchmarks/compress_speed.py
 """
