@@ -335,8 +335,7 @@ class SMEC(LearnedCompressor):
         self.ads = ads
         self.xbm = xbm
         self.memory_size = memory_size
-        self.refresh_memory = refresh_memory
-        self.memory_gradients = memory_gradients
+        self.refresh_memory, self.memory_gradients = refresh_memory, memory_gradients
         self.nested_stages = nested_stages
         self.topk = topk
         self.hidden_dim = hidden_dim
