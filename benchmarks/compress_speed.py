@@ -36,7 +36,7 @@ from demitasse.report.results_file import update_section
 PROSE = template("compress_speed")
 # label: (registry name, options, widths timed). MCR² has one fixed width (its default 128).
 # The "-h128" rows are the same networks with hidden width 128 instead of the default 512:
-# the adaptor's dev scores did not drop with it (benchmarks/RESULTS.md, compress_speed notes).
+# the adaptor's scores did not drop with it (RESULTS.md, `learned_compressors_fast`).
 COMPRESSORS: dict[str, tuple[str, dict[str, object], list[int]]] = {
     "pca": ("pca", {"dim": 256}, [256, 32, 8]),
     "adaptor": ("adaptor", {"dim": 256, "min_dim": 8}, [256, 32, 8]),

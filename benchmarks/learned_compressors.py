@@ -303,6 +303,16 @@ def main() -> int:
     return 0
 
 
+def fitting_note(workers: int, threads: int) -> str:
+    """How the fits shared the machine (``run_in_workers`` runs them here when workers <= 1)."""
+    if workers > 1:
+        return (f"The settings were fitted in parallel ({workers} worker processes, {threads} "
+                "torch thread(s) and one fit at a time each); fit times are wall seconds inside "
+                "a worker")  # fmt: skip
+    return (f"The fits ran one after another in the main process with {threads} torch "
+            "thread(s); fit times are wall seconds of each fit")  # fmt: skip
+
+
 def method_label(name: str) -> str:
     """A learned method's grid name, with the options that set it apart from its compressor's
     defaults beyond the widths (``dim``, ``min_dim``)."""
@@ -336,8 +346,7 @@ def run_facts(
         "cosent_weight": f"{args.cosent_weight:g}",
         "rank_weight": f"{args.rank_weight:g}",
         "pairwise_weight": f"{GRID.settings.unsupervised.smec_mode['pairwise_weight']:g}",
-        "workers": args.workers,
-        "threads": args.threads,
+        "fitting": fitting_note(args.workers, args.threads),
         "seeds_note": seeds_note,
         "subset_note": subset_note,
     }
