@@ -272,6 +272,13 @@ def parse_args() -> argparse.Namespace:
     # 2: the vocabulary of the whole-corpus extraction carried back from the device machine
     parser.add_argument("--min-count", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10_000)
+    parser.add_argument("--batch-size", type=int, default=StaticRecipe.batch_size)
+    parser.add_argument(
+        "--skip-teacher-ablation",
+        action="store_true",
+        help="leave out the ablation rows that run the whole recipe with another teacher "
+        "(hours of extraction on a CPU when its cache is empty)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="throughput repetitions")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for every model")
     parser.add_argument("--limit", type=int, default=None, help="smoke run: N texts per set")
@@ -298,6 +305,7 @@ def main() -> int:
         min_count=args.min_count,
         harvest_limit=args.harvest_limit,
         max_steps=args.steps,
+        batch_size=args.batch_size,
     )
     corpus_dir = Path(args.data_dir) / "unlabeled" / "en"
     ours_teacher = teacher if DISTILL_TEACHER == TEACHER else load_encoder(DISTILL_TEACHER)
@@ -350,6 +358,12 @@ def main() -> int:
         ablation_table=markdown_table(
             ["stage (Table 6)", "dim", "STS avg (7)", "STS-B dev"], ablation_rows
         ),
+        ablation_note=(
+            " (the rows that re-run the recipe with another teacher were left out of this run: "
+            "`--skip-teacher-ablation`)"
+            if args.skip_teacher_ablation
+            else ""
+        ),
         alignment_seconds=f"{translation_s:.0f}",
         translation_table=markdown_table(
             ["Multi30k test_2016_flickr", "de→en", "en→de"], translation_rows
@@ -371,6 +385,9 @@ def ablation(
     records: list[ResultRecord] = []
     rows = []
     for label, step in GRID.ablation.items():
+        if step.teacher is not None and args.skip_teacher_ablation:
+            log(f"ablation {label!r} left out (--skip-teacher-ablation)")
+            continue
         model = ablation_model(stages, step, sample, recipe, args.data_dir)
         found = evaluate(model, sts, label)
         records += found
@@ -470,8 +487,9 @@ def cross_lingual(english: StaticModel, teacher: TransformerEncoder, args, recor
     from demitasse.evaluation.translation import translation_accuracy
     from demitasse.static.crosslingual import TranslationAligner, foreign_model
 
-    train = load_multi30k(args.data_dir, "train", limit=args.limit and 10 * args.limit)
-    valid = load_multi30k(args.data_dir, "val", limit=args.limit)
+    pairs = args.limit and max(args.limit, 256)  # a smoke run still fills the aligner's batches
+    train = load_multi30k(args.data_dir, "train", limit=pairs and 10 * pairs)
+    valid = load_multi30k(args.data_dir, "val", limit=pairs)
     test = load_multi30k(args.data_dir, "test_2016_flickr", limit=args.limit)
     started = time.perf_counter()
     initial = foreign_model(english, train.target)
@@ -559,10 +577,13 @@ def section_values(
     seconds = stages.seconds
     encoded = int(stages.encoded.sum())
     command = "python benchmarks/static.py --data-dir ../shared/data"
-    for option in ("max_sentences", "min_count", "harvest_limit", "steps"):
+    defaults = {"steps": 10_000, "batch_size": StaticRecipe.batch_size}
+    for option in ("max_sentences", "min_count", "harvest_limit", "steps", "batch_size"):
         value = getattr(args, option)
-        if value is not None and value != {"steps": 10_000}.get(option):
+        if value is not None and value != defaults.get(option):
             command += f" --{option.replace('_', '-')} {value}"
+    if args.skip_teacher_ablation:
+        command += " --skip-teacher-ablation"
     m2v = f"{m2v_seconds:.0f} s"
     if m2v_seconds < 5:  # loaded from the cache: report the distillation's own wall time
         timing = cache_root() / "static" / f"model2vec-{TEACHER}-{DIM}" / "distill_seconds.txt"

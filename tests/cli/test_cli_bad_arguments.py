@@ -334,6 +334,7 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("distill-static", ["--corpus", "{missing}.txt", "--out", "{new}/static"], "missing.txt"),
     ("distill-static", ["--corpus", "{vectors}", "--out", "{new}/static"], "v.npy"),
     ("distill-static", ["--corpus", "{empty_folder}", "--out", "{new}/static"], "no .txt"),
+    ("distill-static", ["--corpus", "{texts}", "--out", "{new}/static", "--batch-size", "0"], "0"),
     ("distill-static", ["--corpus", "{texts}", "--out", "{notes}"], "refusing"),
     ("distill-static", ["--corpus", "{texts}", "--out", "{victim}"], "refusing to replace"),
     (

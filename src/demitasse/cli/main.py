@@ -334,6 +334,9 @@ def _add_distill_static_parser(commands: Any) -> None:
         "--steps", type=positive_int, default=10_000, help="most distillation steps"
     )
     static.add_argument("--lr", type=positive_float, default=3e-3)
+    static.add_argument(
+        "--batch-size", type=positive_int, default=512, help="sentences a distillation step"
+    )
     static.add_argument("--work-dir", default=None, help="extraction checkpoints (resumable)")
     static.add_argument("--model2vec", default=None, help="also export the model2vec layout here")
 
@@ -469,6 +472,7 @@ def _run_distill_static(args: argparse.Namespace) -> int:
         harvest_limit=args.harvest_limit,
         max_steps=args.steps,
         learning_rate=args.lr,
+        batch_size=args.batch_size,
     )
     stages = distill_static(args.teacher, args.corpus, args.work_dir, recipe, progress=True)
     stages.distilled.save(args.out)

@@ -64,8 +64,9 @@ class SimilarityDistiller(WordVectorTrainer):
         keep = np.flatnonzero([len(row) > 0 for row in ids])
         if len(keep) < 4 * self.batch_size:
             raise DataError(
-                f"distillation needs at least {4 * self.batch_size} texts with known tokens, "
-                f"got {len(keep)}"
+                f"distillation needs at least {4 * self.batch_size} texts with known tokens "
+                f"at batch size {self.batch_size}, got {len(keep)}: give more texts or a "
+                "smaller batch size (--batch-size)"
             )
         if not self.temperature > 0:
             raise DemitasseError(f"temperature must be positive, got {self.temperature}")
