@@ -264,15 +264,23 @@ def score(
     return found[0] if found else float("nan")
 
 
+# The recipe options of the command line; the reproduced command names those that differ.
+RECIPE_DEFAULTS = {
+    "max_sentences": StaticRecipe.max_sentences, "harvest_limit": StaticRecipe.harvest_limit,
+    "min_count": StaticRecipe.min_count, "steps": 10_000, "batch_size": StaticRecipe.batch_size,
+}  # fmt: skip
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--max-sentences", type=int, default=250_000, help="0: all")
-    parser.add_argument("--harvest-limit", type=int, default=None)
-    # 2: the vocabulary of the whole-corpus extraction carried back from the device machine
-    parser.add_argument("--min-count", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=10_000)
-    parser.add_argument("--batch-size", type=int, default=StaticRecipe.batch_size)
+    parser.add_argument(
+        "--max-sentences", type=int, default=RECIPE_DEFAULTS["max_sentences"], help="0: all"
+    )
+    parser.add_argument("--harvest-limit", type=int, default=RECIPE_DEFAULTS["harvest_limit"])
+    parser.add_argument("--min-count", type=int, default=RECIPE_DEFAULTS["min_count"])
+    parser.add_argument("--steps", type=int, default=RECIPE_DEFAULTS["steps"])
+    parser.add_argument("--batch-size", type=int, default=RECIPE_DEFAULTS["batch_size"])
     parser.add_argument(
         "--skip-teacher-ablation",
         action="store_true",
@@ -577,10 +585,9 @@ def section_values(
     seconds = stages.seconds
     encoded = int(stages.encoded.sum())
     command = "python benchmarks/static.py --data-dir ../shared/data"
-    defaults = {"steps": 10_000, "batch_size": StaticRecipe.batch_size}
-    for option in ("max_sentences", "min_count", "harvest_limit", "steps", "batch_size"):
+    for option, default in RECIPE_DEFAULTS.items():
         value = getattr(args, option)
-        if value is not None and value != defaults.get(option):
+        if value != default:
             command += f" --{option.replace('_', '-')} {value}"
     if args.skip_teacher_ablation:
         command += " --skip-teacher-ablation"
