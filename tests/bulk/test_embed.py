@@ -83,7 +83,10 @@ def test_recompress_gives_the_models_transform_of_stored_vectors(
     assert table.column("id").to_pylist() == stored.column("id").to_pylist()
     stored_vectors = np.array(stored.column("embedding").to_pylist(), dtype=np.float32)
     expected = CompressedModel.load(models.float32).transform(stored_vectors)
-    np.testing.assert_array_equal(np.array(table.column("embedding").to_pylist()), expected)
+    # Float32 rounding only: BLAS may sum a row in another order depending on where it falls
+    # in a block, and the shards are blocks of 50 rows.
+    got = np.array(table.column("embedding").to_pylist())
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
 
 
 def test_another_models_output_is_refused_and_left_untouched(

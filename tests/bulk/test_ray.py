@@ -26,9 +26,13 @@ def _both_engines(argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture
     local, ray = rows(tmp_path / "local"), rows(tmp_path / "ray")
     assert local.column("id").to_pylist() == ray.column("id").to_pylist()
     assert local.num_rows == len(set(local.column("id").to_pylist()))
-    np.testing.assert_array_equal(
+    # Float32 rounding only: the engines cut the rows into different blocks, and BLAS may sum a
+    # row in another order depending on where it falls in a block.
+    np.testing.assert_allclose(
         np.array(local.column("embedding").to_pylist()),
         np.array(ray.column("embedding").to_pylist()),
+        rtol=0,
+        atol=1e-5,
     )
     assert local.schema.equals(ray.schema, check_metadata=True)  # provenance included
     local_manifest, ray_manifest = (

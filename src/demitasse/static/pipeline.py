@@ -36,6 +36,7 @@ class StaticRecipe:
     pca_sentences: int = 100_000
     learning_rate: float = 3e-3  # chosen on STS-B dev among 3e-4, 1e-3, 3e-3, 1e-2
     batch_size: int = 512  # chosen on dev among 128, 512, 1024 (static_batch_choices.json)
+    temperature: float = 0.05  # of both in-batch similarity distributions
     max_steps: int = 10_000
     eval_every: int = 250
     patience: int = 4
@@ -177,6 +178,7 @@ def _distill_stage(
     distiller = SimilarityDistiller(
         learning_rate=recipe.learning_rate,
         batch_size=recipe.batch_size,
+        temperature=recipe.temperature,
         max_steps=recipe.max_steps,
         eval_every=recipe.eval_every,
         patience=recipe.patience,
