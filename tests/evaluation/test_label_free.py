@@ -52,7 +52,9 @@ def test_the_identity_configuration_scores_one(
         sample=150,
     )
     assert estimate.overlap == 1.0
-    assert estimate.rank_correlation == pytest.approx(1.0, abs=1e-12)
+    # 1 up to float32 rounding: the reference and the index compute the same scores by
+    # differently shaped matrix products.
+    assert estimate.rank_correlation == pytest.approx(1.0, abs=1e-6)
     assert (estimate.n_queries, estimate.k, estimate.depth) == (150, 10, 100)
     assert estimate.queries_from == ("queries" if with_queries else "corpus")
 
@@ -99,7 +101,7 @@ def test_quantised_and_rescored_search_is_what_gets_scored(
     assert plain.rank_correlation < some.rank_correlation < 1.0
     # Rescoring every document against float vectors is exact search: the identity.
     assert everything.overlap == 1.0
-    assert everything.rank_correlation == pytest.approx(1.0, abs=1e-12)
+    assert everything.rank_correlation == pytest.approx(1.0, abs=1e-6)
 
 
 def test_rotations_keep_more_than_plain_signs_of_pca_dims() -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -117,6 +119,31 @@ def test_workers_run_with_the_thread_budget_they_are_given() -> None:
     assert {count for _, count in seen} == {1}
     assert os.getpid() not in {pid for pid, _ in seen}
     assert list(run_in_workers(threads, [], workers=2)) == []
+
+
+# A parent whose SIGTERM handler notes the signal and carries on (as the CLI's atomic writes
+# do) forks workers that inherit that handler until they put the default back. The second
+# worker of each pool lingers a second in that window, so the pool's terminate lands there.
+STOP_WORKERS_EARLY = """
+import os, signal, time
+from demitasse.experiments import run_in_workers
+forks = []
+os.register_at_fork(before=lambda: forks.append(1),
+                    after_in_child=lambda: time.sleep(1) if len(forks) % 2 == 0 else None)
+signal.signal(signal.SIGTERM, lambda *_: None)
+for _ in range(2):
+    results = run_in_workers(abs, list(range(-40, 0)), workers=2, threads=None)
+    next(results)
+    results.close()
+print("stopped")
+"""
+
+
+def test_abandoned_workers_stop_even_under_a_handler_that_ignores_sigterm() -> None:
+    done = subprocess.run([sys.executable, "-c", STOP_WORKERS_EARLY], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["stopped"]
 
 
 def record(method: str, score: float, **extra: object) -> ResultRecord:

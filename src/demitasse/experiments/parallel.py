@@ -37,18 +37,42 @@ def run_in_workers(
     call = next(_CALLS)
     _SHARED[call] = (function, jobs)
     try:
-        context = multiprocessing.get_context("fork")
-        with context.Pool(min(workers, len(jobs)), _limit_threads, (threads,)) as pool:
+        pool = _start_pool(min(workers, len(jobs)), threads)
+        try:
             yield from pool.imap_unordered(_run_shared, [(call, i) for i in range(len(jobs))])
+        except BaseException:  # an error or an abandoned generator: stop the workers now
+            pool.terminate()
+            raise
+        else:  # every job done: the workers exit on the pool's sentinel, no signal needed
+            pool.close()
+        finally:
+            pool.join()
     finally:
         del _SHARED[call]
+
+
+_STOPPING = {signal.SIGTERM, signal.SIGINT}
+
+
+def _start_pool(workers: int, threads: int | None) -> Any:
+    # A forked worker inherits the parent's Python signal handlers until _limit_threads puts
+    # the defaults back; a SIGTERM from Pool.terminate in that window went to the inherited
+    # handler, which may note it and carry on, and the worker then waited for tasks forever.
+    # Held across the fork, the signal waits until the worker can die of it.
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+    try:
+        context = multiprocessing.get_context("fork")
+        return context.Pool(workers, _limit_threads, (threads,))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _limit_threads(threads: int | None) -> None:
     # A forked worker inherits the parent's signal dispositions; a parent that ignores SIGTERM
     # (the CLI does once its work is done) would leave workers that Pool.terminate cannot stop.
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in _STOPPING:
         signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPPING)
     if threads is not None:
         import torch  # only here: a numpy-only job must not pay for importing torch
 
