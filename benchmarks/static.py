@@ -267,7 +267,8 @@ def score(
 # The recipe options of the command line; the reproduced command names those that differ.
 RECIPE_DEFAULTS = {
     "max_sentences": StaticRecipe.max_sentences, "harvest_limit": StaticRecipe.harvest_limit,
-    "min_count": StaticRecipe.min_count, "steps": 10_000, "batch_size": StaticRecipe.batch_size,
+    "min_count": StaticRecipe.min_count, "steps": StaticRecipe.max_steps,
+    "batch_size": StaticRecipe.batch_size,
 }  # fmt: skip
 
 
@@ -614,6 +615,7 @@ def section_values(
         "max_occurrences": recipe.max_occurrences, "n_encoded": f"{encoded:,}",
         "dim": recipe.dim, "n_pca": f"{min(encoded, recipe.pca_sentences):,}",
         "batch_size": recipe.batch_size, "learning_rate": recipe.learning_rate,
+        "temperature": recipe.temperature,
         "best_step": stages.distiller.best_step_, "max_steps": recipe.max_steps,
         "extract_seconds": f"{seconds['extract']:.0f}", "pca_seconds": f"{seconds['pca']:.0f}",
         "distill_seconds": f"{seconds['distill']:.0f}", "model2vec_time": m2v,
