@@ -4,7 +4,9 @@ memory-mapped)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
+from contextlib import contextmanager
 from numbers import Integral
 from typing import Any
 
@@ -15,6 +17,20 @@ from scipy.sparse import issparse
 from demitasse.errors import CompressorError, DataError, one_line
 
 DEFAULT_CHUNK_ROWS = 65536
+
+
+@functools.cache
+def _thread_pools() -> Any:
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()  # scans the loaded libraries once (milliseconds)
+
+
+@contextmanager
+def single_blas_thread() -> Iterator[None]:
+    """numpy's BLAS on one thread inside the block (for work that alternates with torch)."""
+    with _thread_pools().limit(limits=1, user_api="blas"):
+        yield
 
 
 class _NotNumbersError(DataError, TypeError):

@@ -20,6 +20,7 @@ floating-point rounding (tests check 1e-5 on random inputs).
 # ruff: noqa: N803, N806  (matrices are capitalised)
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,16 +55,28 @@ def _f32(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return tuple(t.float().contiguous() for t in tensors)
 
 
-#: Output columns per product of the adaptor's last layer. Products of fixed shapes keep
-#: ``transform(dim=k)`` an exact prefix of every wider transform (a product's last bits
-#: depend on its shape), while a narrow width computes only the blocks it keeps.
-OUTPUT_BLOCK = 32
+#: Width of the first block of output columns; each later block is as wide as all before it.
+FIRST_OUTPUT_BLOCK = 32
+
+
+def output_blocks(dim: int) -> list[tuple[int, int]]:
+    """Column ranges ``[0, 32), [32, 64), [64, 128), …`` that cover ``dim`` outputs.
+
+    A plan computes its last layer one block per product. The blocks have fixed shapes, so
+    every ``transform(dim=k)`` is an exact prefix of the wider ones (a product's last bits
+    depend on its shape); doubling widths keep a wide output to a few efficient products,
+    while a narrow one computes at most one 32-column block.
+    """
+    edges = [0, FIRST_OUTPUT_BLOCK]
+    while edges[-1] < dim:
+        edges.append(2 * edges[-1])
+    return list(itertools.pairwise(edges))
 
 
 def adaptor_plan(rotation: Rotation, network: Any, dim: int) -> Plan:
     """``u + out(gelu(hidden(u)))``, first ``dim`` outputs: one product for the hidden layer,
-    then per block of ``OUTPUT_BLOCK`` outputs one for the residual and one for the output
-    layer."""
+    then per block of outputs (:func:`output_blocks`) one for the residual and one for the
+    output layer."""
     # network: the adaptor's ResidualMLP (a class local to a function, hence Any).
     hidden, out = network.hidden, network.out
     W1, b1 = rotation.reads_input(hidden.weight.T, hidden.bias)
@@ -71,10 +84,9 @@ def adaptor_plan(rotation: Rotation, network: Any, dim: int) -> Plan:
     residual, residual_b = rotation.reads_input(eye, out.bias)
     W1, b1, residual, residual_b, out_w = _f32(W1, b1, residual, residual_b, out.weight.T)
     blocks = [
-        (residual_b[i : i + OUTPUT_BLOCK], residual[:, i : i + OUTPUT_BLOCK],
-         out_w[:, i : i + OUTPUT_BLOCK].contiguous())
-        for i in range(0, dim, OUTPUT_BLOCK)
-    ]  # fmt: skip
+        (residual_b[i:j], residual[:, i:j].contiguous(), out_w[:, i:j].contiguous())
+        for i, j in output_blocks(dim)
+    ]
 
     def plan(X: torch.Tensor) -> torch.Tensor:
         G = F.gelu(torch.addmm(b1, X, W1))
