@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F  # noqa: N812  (torch convention)
 
-from demitasse.compress.smec_stage import SelectionStage
+from demitasse.compress.smec_stage import SelectionStage, WidthNetwork
 
 #: Compressed [n, k] vectors of raw float32 embeddings [n, D] (eval mode, no grad).
 Plan = Callable[[torch.Tensor], torch.Tensor]
@@ -73,27 +73,47 @@ def output_blocks(dim: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(edges))
 
 
-def adaptor_plan(rotation: Rotation, network: Any, dim: int) -> Plan:
-    """``u + out(gelu(hidden(u)))``, first ``dim`` outputs: one product for the hidden layer,
-    then per block of outputs (:func:`output_blocks`) one for the residual and one for the
+def two_layer_plan(
+    rotation: Rotation,
+    linear: tuple[torch.Tensor, torch.Tensor],
+    hidden: torch.Tensor,
+    out: torch.Tensor,
+    dim: int,
+) -> Plan:
+    """``u @ A + a + gelu(hidden(u)) @ O``, first ``dim`` outputs (``linear`` = (A [D, m], a),
+    ``hidden`` a ``torch.nn.Linear``, ``out`` = O [h, m]): one product for the hidden layer,
+    then per block of outputs (:func:`output_blocks`) one for the linear part and one for the
     output layer."""
-    # network: the adaptor's ResidualMLP (a class local to a function, hence Any).
-    hidden, out = network.hidden, network.out
     W1, b1 = rotation.reads_input(hidden.weight.T, hidden.bias)
-    eye = torch.eye(rotation.rotation.shape[0], dtype=torch.float64)
-    residual, residual_b = rotation.reads_input(eye, out.bias)
-    W1, b1, residual, residual_b, out_w = _f32(W1, b1, residual, residual_b, out.weight.T)
+    A, a = rotation.reads_input(*linear)
+    W1, b1, A, a, out = _f32(W1, b1, A, a, out)
     blocks = [
-        (residual_b[i:j], residual[:, i:j].contiguous(), out_w[:, i:j].contiguous())
-        for i, j in output_blocks(dim)
+        (a[i:j], A[:, i:j].contiguous(), out[:, i:j].contiguous()) for i, j in output_blocks(dim)
     ]
 
     def plan(X: torch.Tensor) -> torch.Tensor:
         G = F.gelu(torch.addmm(b1, X, W1))
-        parts = [torch.addmm(b, X, R).addmm_(G, out) for b, R, out in blocks]
+        parts = [torch.addmm(b, X, lin).addmm_(G, out_w) for b, lin, out_w in blocks]
         return torch.cat(parts, 1)[:, :dim]
 
     return plan
+
+
+def adaptor_plan(rotation: Rotation, network: Any, dim: int) -> Plan:
+    """The adaptor ``u + out(gelu(hidden(u)))``: a two-layer plan whose linear part is the
+    identity."""
+    # network: the adaptor's ResidualMLP (a class local to a function, hence Any).
+    eye = torch.eye(rotation.rotation.shape[0], dtype=torch.float64)
+    return two_layer_plan(
+        rotation, (eye, network.out.bias), network.hidden, network.out.weight.T, dim
+    )
+
+
+def width_network_plan(rotation: Rotation, network: WidthNetwork, dim: int) -> Plan:
+    """A SMEC width network ``linear(u) + out(gelu(hidden(u)))`` as a two-layer plan."""
+    linear, out = network.linear, network.out
+    bias = linear.bias.double() + out.bias.double()
+    return two_layer_plan(rotation, (linear.weight.T, bias), network.hidden, out.weight.T, dim)
 
 
 def _stage_matrices(stage: SelectionStage) -> tuple[torch.Tensor, ...]:

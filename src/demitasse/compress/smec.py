@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     import torch
 
     from demitasse.compress.folding import Plan, Rotation
-    from demitasse.compress.smec_stage import SelectionStage
+    from demitasse.compress.smec_stage import SelectionStage, WidthNetwork
 
 # Importance logits start at a standardised prior (log-variance or position) × this: the
 # prior's top dimensions are selected first, and training can still overturn it.
@@ -295,6 +295,8 @@ class SMEC(LearnedCompressor):
         "temperature": [Interval(Real, 0, None, closed="neither")],
         "ads_learning_rate": [Interval(Real, 0, None, closed="neither")],
         "ads_prior": [StrOptions({"variance", "uniform"})],
+        "inference": [StrOptions({"chain", "distilled"})],
+        "distilled_hidden_dim": [Integers(1)],
     }
 
     def __init__(
@@ -313,6 +315,8 @@ class SMEC(LearnedCompressor):
         temperature: float = 0.5,
         ads_learning_rate: float = 0.05,
         ads_prior: str = "variance",
+        inference: str = "chain",
+        distilled_hidden_dim: int = 128,
         cosent_weight: float = 1.0,
         rank_weight: float = 1.0,
         related_weight: float = 1.0,
@@ -342,6 +346,8 @@ class SMEC(LearnedCompressor):
         self.temperature = temperature
         self.ads_learning_rate = ads_learning_rate
         self.ads_prior = ads_prior
+        self.inference = inference
+        self.distilled_hidden_dim = distilled_hidden_dim
         self.cosent_weight = cosent_weight
         self.rank_weight = rank_weight
         self.related_weight = related_weight
@@ -366,32 +372,66 @@ class SMEC(LearnedCompressor):
     # ---- network -----------------------------------------------------------------------------
 
     def _build_network(self) -> torch.nn.Module:
+        """The stages in chain order, then (``inference="distilled"``) one width network per
+        stage."""
         import torch
 
-        from demitasse.compress.smec_stage import SelectionStage
+        from demitasse.compress.smec_stage import SelectionStage, WidthNetwork
 
-        widths = [self.n_features_in_, *self.stage_dims_]
-        return torch.nn.ModuleList(
+        d = self.n_features_in_
+        widths = [d, *self.stage_dims_]
+        stages = [
             SelectionStage(
-                d_in,
-                d_out,
-                self.n_features_in_,
-                int(self.hidden_dim),
-                bool(self.ads),
-                float(self.temperature),
+                d_in, d_out, d, int(self.hidden_dim), bool(self.ads), float(self.temperature)
             )
             for d_in, d_out in itertools.pairwise(widths)
-        )
+        ]
+        students = [
+            WidthNetwork(d, width, int(self.distilled_hidden_dim))
+            for width in (self.stage_dims_ if self.inference == "distilled" else [])
+        ]
+        return torch.nn.ModuleList([*stages, *students])
 
     def _stages(self) -> list[SelectionStage]:
         """The network's stages in chain order."""
-        return cast("list[SelectionStage]", list(self.network_.children()))
+        children = list(self.network_.children())[: len(self.stage_dims_)]
+        return cast("list[SelectionStage]", children)
+
+    def _width_networks(self) -> list[WidthNetwork]:
+        """The distilled network of each stage width (none with ``inference="chain"``)."""
+        children = list(self.network_.children())[len(self.stage_dims_) :]
+        return cast("list[WidthNetwork]", children)
 
     def _encode(self, U: torch.Tensor, dim: int) -> torch.Tensor:
+        chain = self._chain(dim)
+        if self.inference == "distilled":
+            return self._width_networks()[len(chain) - 1](U)[:, :dim]
         h = U
-        for stage in self._chain(dim):
+        for stage in chain:
             h = stage(h, U)
         return h[:, :dim]
+
+    def chain_transform(self, X: Any, dim: int | None = None) -> np.ndarray:
+        """``transform`` through the chain of stages even where distilled width networks
+        exist: what distillation costs is the difference between the two."""
+        import torch
+
+        from demitasse.compress.folding import Rotation, smec_plan
+
+        self._check_fitted("chain_transform")
+        k = self._resolve_dim(dim)
+        X = np.ascontiguousarray(as_matrix(X), dtype=np.float32)
+        if X.shape[1] != self.n_features_in_:
+            raise CompressorError(
+                f"X has {X.shape[1]} features but this smec compressor was fitted on "
+                f"{self.n_features_in_}"
+            )
+        check_finite(X)
+        rotation = Rotation(
+            torch.from_numpy(self.input_mean_), torch.from_numpy(self.input_rotation_)
+        )
+        with torch.inference_mode():
+            return smec_plan(rotation, self._chain(k), k)(torch.from_numpy(X)).numpy()
 
     def _chain(self, dim: int) -> list[SelectionStage]:
         """The stages run for ``dim``: up to the smallest of width >= ``dim``."""
@@ -402,9 +442,12 @@ class SMEC(LearnedCompressor):
         return stages
 
     def _plan(self, rotation: Rotation, dim: int) -> Plan:
-        from demitasse.compress.folding import smec_plan
+        from demitasse.compress.folding import smec_plan, width_network_plan
 
-        return smec_plan(rotation, self._chain(dim), dim)
+        chain = self._chain(dim)
+        if self.inference == "distilled":
+            return width_network_plan(rotation, self._width_networks()[len(chain) - 1], dim)
+        return smec_plan(rotation, chain, dim)
 
     def prefix_dims(self, dim: int | None = None) -> list[int]:
         """Widths above the largest stage narrower than ``dim``: below it a narrower stage runs,
@@ -449,6 +492,43 @@ class SMEC(LearnedCompressor):
                     H = stages[index](H, U)
         else:
             self._train_group(stages[:first], stages[first:], H, U, X)
+        if self.inference == "distilled":
+            self._distil_widths(U)
+
+    def _distil_widths(self, U: torch.Tensor) -> None:
+        """Fit each width network to the trained chain's output at its width (mean squared
+        error relative to the output's mean square), starting from the least-squares linear
+        map; the stages stay as they are."""
+        import torch
+
+        stages = self._stages()
+        for stage in stages:
+            stage.requires_grad_(False).eval()
+        h = U
+        for stage, student in zip(stages, self._width_networks(), strict=True):
+            with torch.no_grad():
+                h = stage(h, U)
+            target = h
+            scale = target[self._train_rows].square().mean().clamp_min(1e-12)
+            student.start_from_least_squares(U[self._train_rows], target[self._train_rows])
+
+            def batch_loss(
+                rows: torch.Tensor,
+                training: bool,
+                student: torch.nn.Module = student,
+                target: torch.Tensor = target,
+                scale: torch.Tensor = scale,
+            ) -> torch.Tensor:
+                rows = rows.to(U.device)
+                return (student(U[rows]) - target[rows]).square().mean() / scale
+
+            self.run_training(
+                [student],
+                [{"params": student.parameters()}],
+                batch_loss,
+                f"smec: distilling width {stage.d_out}",
+            )
+            student.requires_grad_(False).eval()
 
     def _init_stage(self, stage: SelectionStage, H: torch.Tensor, passthrough: bool) -> None:
         """Initial importance logits and linear reduction of an ADS stage.
@@ -582,7 +662,13 @@ class SMEC(LearnedCompressor):
         self._torch_device = self._pick_device()
         if self.record_gradients:
             self.history_ = []
-        old = self.network_.state_dict()
+        n_trained = len(self.stage_dims_)
+        # Width networks are distilled again from the longer chain; the stages are kept.
+        old = {
+            key: value
+            for key, value in self.network_.state_dict().items()
+            if int(key.split(".")[0]) < n_trained
+        }
         self.stage_dims_ = [*self.stage_dims_, *halving_dims(last, int(min_dim))[1:]]
         self.min_dim = int(min_dim)
         network = self._build_network()
@@ -592,7 +678,6 @@ class SMEC(LearnedCompressor):
         self._supervised = self._prepare_supervision(supervision, X.shape[1])
         X_t = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32)).to(self._torch_device)
         self._split_rows(X.shape[0])
-        n_trained = len({key.split(".")[0] for key in old})
         self._train_stages(self._rotate(X_t), X_t, first=n_trained)
         self.network_.eval().cpu()
         self._supervised = {}

@@ -108,3 +108,29 @@ class SelectionStage(torch.nn.Module):
             rows = slice(self.soft_rows)
             self.soft_output = self.reduce(h[rows] * self.soft_mask, context[rows], True)
         return out
+
+
+class WidthNetwork(torch.nn.Module):
+    """One stage width's output straight from the rotated embedding, ``linear(u) +
+    out(gelu(hidden(u)))``: distilled from the chain of stages up to that width, so that
+    inference runs two layers instead of the chain (SMEC's ``inference="distilled"``)."""
+
+    def __init__(self, d_in: int, d_out: int, hidden: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(d_in, d_out)
+        self.hidden = torch.nn.Linear(d_in, hidden)
+        self.out = torch.nn.Linear(hidden, d_out)
+        torch.nn.init.zeros_(self.out.weight)
+        torch.nn.init.zeros_(self.out.bias)
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return self.linear(u) + self.out(F.gelu(self.hidden(u)))
+
+    def start_from_least_squares(self, u: torch.Tensor, target: torch.Tensor) -> None:
+        """The linear part set to the least-squares fit of ``target`` (the MLP is at zero)."""
+        with torch.no_grad():
+            ones = torch.ones(len(u), 1, dtype=torch.float64, device=u.device)
+            design = torch.cat([u.double(), ones], 1)
+            solution = torch.linalg.lstsq(design, target.double()).solution
+            self.linear.weight.copy_(solution[:-1].T.to(self.linear.weight.dtype))
+            self.linear.bias.copy_(solution[-1].to(self.linear.bias.dtype))
