@@ -39,6 +39,7 @@ CASES: list[tuple[str, dict[str, Any], list[int]]] = [
     ("smec", {"dim": 32, "min_dim": 4}, [32, 20, 16, 9, 8, 5, 4]),
     ("smec", {"dim": 32, "min_dim": 4, "ads": False, "nested_stages": True}, [32, 12, 4]),
     ("smec", {"dim": 32, "min_dim": 8, "rotate": False, "smrl": False}, [32, 8]),
+    ("smec", {"dim": 32, "min_dim": 4, "inference": "distilled"}, [32, 20, 16, 9, 8, 5, 4]),
     ("mcr2", {"dim": 16}, [16]),
 ]
 
@@ -77,7 +78,14 @@ def test_a_refit_does_not_reuse_the_old_plan() -> None:
 
 @pytest.mark.parametrize(
     ("method", "narrow", "wide"),
-    [("adaptor", 5, 100), ("adaptor", 32, 40), ("smec", 5, 8), ("smec", 20, 32)],
+    [
+        ("adaptor", 5, 100),
+        ("adaptor", 32, 40),
+        ("adaptor", 33, 64),
+        ("adaptor", 70, 100),
+        ("smec", 5, 8),
+        ("smec", 20, 32),
+    ],
 )
 def test_a_narrow_transform_is_an_exact_prefix_of_a_wider_one(
     method: str, narrow: int, wide: int
@@ -90,4 +98,15 @@ def test_a_narrow_transform_is_an_exact_prefix_of_a_wider_one(
     Y = unit_rows(400, 128, seed=4)
     np.testing.assert_array_equal(
         compressor.transform(Y, dim=narrow), compressor.transform(Y, dim=wide)[:, :narrow]
+    )
+
+
+def test_a_distilled_smec_is_an_exact_prefix_between_its_stage_widths() -> None:
+    X = unit_rows(600, 128, seed=0, spread=True)
+    compressor = make_compressor("smec", dim=64, inference="distilled", **FAST).fit(X)
+    shaken(compressor, seed=3)  # type: ignore[arg-type]
+    compressor._plans = {}  # type: ignore[attr-defined]
+    Y = unit_rows(400, 128, seed=4)
+    np.testing.assert_array_equal(
+        compressor.transform(Y, dim=40), compressor.transform(Y, dim=64)[:, :40]
     )

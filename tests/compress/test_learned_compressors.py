@@ -200,6 +200,29 @@ def test_extend_resumes_a_loaded_compressor_without_retraining(tmp_path: Path) -
         model.extend(X, 4)
 
 
+def test_distilled_width_networks_follow_the_chain_they_were_fitted_to(tmp_path: Path) -> None:
+    X = correlated(n=1500)
+    model = SMEC(dim=16, min_dim=4, inference="distilled", **FAST).fit(X)
+    chain = SMEC(dim=16, min_dim=4, **FAST).fit(X)
+    for dim in (16, 12, 8, 4):
+        distilled, reference = model.transform(X, dim), model.chain_transform(X, dim)
+        # The chain trains as without distillation (the width networks are fitted after it).
+        np.testing.assert_allclose(reference, chain.transform(X, dim), atol=1e-5)
+        error = np.linalg.norm(distilled - reference) / np.linalg.norm(reference)
+        assert error < 0.05, (dim, error)
+        assert not np.array_equal(distilled, reference)  # a separate network, not the chain
+    assert len(model.network_) == 2 * len(model.stage_dims_)
+    model.save(tmp_path / "c")
+    loaded = load_compressor(tmp_path / "c")
+    np.testing.assert_array_equal(loaded.transform(X, 4), model.transform(X, 4))
+    model.extend(X, 2)
+    assert len(model.network_) == 2 * len(model.stage_dims_) == 8
+    error = np.linalg.norm(model.transform(X, 2) - model.chain_transform(X, 2))
+    assert error < 0.05 * np.linalg.norm(model.chain_transform(X, 2))
+    with pytest.raises(CompressorError, match="features"):
+        model.chain_transform(X[:, :5], 4)
+
+
 def test_supervision_is_used_and_checked() -> None:
     X = correlated()
     rng = np.random.default_rng(2)

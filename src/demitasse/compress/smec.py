@@ -386,10 +386,13 @@ class SMEC(LearnedCompressor):
             )
             for d_in, d_out in itertools.pairwise(widths)
         ]
-        students = [
-            WidthNetwork(d, width, int(self.distilled_hidden_dim))
-            for width in (self.stage_dims_ if self.inference == "distilled" else [])
-        ]
+        # Built on a forked generator, so that the chain trains from the same random state
+        # with or without them.
+        with torch.random.fork_rng(devices=[]):
+            students = [
+                WidthNetwork(d, width, int(self.distilled_hidden_dim))
+                for width in (self.stage_dims_ if self.inference == "distilled" else [])
+            ]
         return torch.nn.ModuleList([*stages, *students])
 
     def _stages(self) -> list[SelectionStage]:
