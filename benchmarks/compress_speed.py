@@ -35,7 +35,8 @@ from demitasse.report.results_file import update_section
 
 PROSE = template("compress_speed")
 # label: (registry name, options, widths timed). MCR² has one fixed width (its default 128).
-# The "-h128" rows are the same networks with hidden width 128 instead of the default 512:
+# The "-h128" rows are the same networks with hidden width 128 instead of the 512 of SMEC and
+# MCR²:
 # the adaptor's scores did not drop with it (RESULTS.md, `learned_compressors_fast`).
 COMPRESSORS: dict[str, tuple[str, dict[str, object], list[int]]] = {
     "pca": ("pca", {"dim": 256}, [256, 32, 8]),
@@ -43,6 +44,8 @@ COMPRESSORS: dict[str, tuple[str, dict[str, object], list[int]]] = {
     "adaptor-h128": ("adaptor", {"dim": 256, "min_dim": 8, "hidden_dim": 128}, [256, 32, 8]),
     "smec": ("smec", {"dim": 256, "min_dim": 8}, [256, 32, 8]),
     "smec-h128": ("smec", {"dim": 256, "min_dim": 8, "hidden_dim": 128}, [256, 32, 8]),
+    # One distilled network per stage width (hidden 128) instead of the chain (issue #31).
+    "smec-distilled": ("smec", {"dim": 256, "min_dim": 8, "inference": "distilled"}, [256, 32, 8]),
     "mcr2": ("mcr2", {"dim": 128}, [128]),
     "mcr2-h128": ("mcr2", {"dim": 128, "hidden_dim": 128}, [128]),
 }

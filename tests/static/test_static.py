@@ -346,3 +346,26 @@ def test_plain_ascii_path_tokenises_exactly_as_the_full_tokenizer(
     ])  # fmt: skip
     norms = np.maximum(np.linalg.norm(expected, axis=1, keepdims=True), 1e-12)
     np.testing.assert_allclose(model.encode(texts), expected / norms, atol=1e-6)
+
+
+def test_distill_static_defaults_on_the_command_line_are_the_recipe_defaults() -> None:
+    """The parser does not import the pipeline (start-up time), so its defaults are written
+    out: they must stay those of ``StaticRecipe``."""
+    import dataclasses
+
+    from demitasse.cli.main import build_parser
+    from demitasse.static.pipeline import StaticRecipe
+
+    args = build_parser().parse_args(["distill-static", "--corpus", "c", "--out", "o"])
+    recipe = StaticRecipe()
+    from_cli = {
+        "dim": args.dim,
+        "max_sentences": args.max_sentences,
+        "min_count": args.min_count,
+        "harvest_limit": args.harvest_limit,
+        "max_steps": args.steps,
+        "learning_rate": args.lr,
+        "batch_size": args.batch_size,
+    }
+    assert from_cli == {name: getattr(recipe, name) for name in from_cli}
+    assert set(from_cli) <= {field.name for field in dataclasses.fields(StaticRecipe)}
