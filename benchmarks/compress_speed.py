@@ -40,7 +40,7 @@ PROSE = template("compress_speed")
 # the adaptor's scores did not drop with it (RESULTS.md, `learned_compressors_fast`).
 COMPRESSORS: dict[str, tuple[str, dict[str, object], list[int]]] = {
     "pca": ("pca", {"dim": 256}, [256, 32, 8]),
-    "adaptor": ("adaptor", {"dim": 256, "min_dim": 8}, [256, 32, 8]),
+    "adaptor": ("adaptor", {"dim": 256, "min_dim": 8, "hidden_dim": 512}, [256, 32, 8]),
     "adaptor-h128": ("adaptor", {"dim": 256, "min_dim": 8, "hidden_dim": 128}, [256, 32, 8]),
     "smec": ("smec", {"dim": 256, "min_dim": 8}, [256, 32, 8]),
     "smec-h128": ("smec", {"dim": 256, "min_dim": 8, "hidden_dim": 128}, [256, 32, 8]),

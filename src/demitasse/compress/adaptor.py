@@ -49,6 +49,9 @@ class MatryoshkaAdaptor(LearnedCompressor):
     (query–document pairs) and ``related_weight`` × the cosine gap over related pairs are
     added, averaged over the same dims. Inputs are rotated onto their principal axes first
     (``rotate``), so the untrained adaptor is exactly PCA.
+
+    ``hidden_dim`` defaults to 128: on 100k unlabeled MiniLM sentences it scored as 512 did
+    (chosen on STS-B dev + SICK trial), fits faster and transforms 2-3x faster.
     """
 
     method: ClassVar[str] = "adaptor"
@@ -64,7 +67,7 @@ class MatryoshkaAdaptor(LearnedCompressor):
         self,
         dim: int | None = None,
         min_dim: int = 8,
-        hidden_dim: int = 512,
+        hidden_dim: int = 128,
         topk: int = 10,
         reconstruction_weight: float = 0.01,
         cosent_weight: float = 1.0,
