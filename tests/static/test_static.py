@@ -169,6 +169,26 @@ def test_distillation_lowers_the_validation_loss(extractor: WordVectorExtractor)
     assert not np.allclose(distiller.model_.vectors, model.vectors)
 
 
+def test_an_anchor_keeps_distilled_vectors_nearer_their_start(
+    extractor: WordVectorExtractor,
+) -> None:
+    model = extractor.to_model("tiny")
+    rng = np.random.default_rng(0)
+    words = ["man", "woman", "dog", "cat", "guitar", "piano", "park", "food", "car", "mat"]
+    texts = [" ".join(rng.choice(words, size=4)) for _ in range(512)]
+    word_targets = {w: rng.standard_normal(16) for w in words}
+    targets = np.stack([sum(word_targets[w] for w in t.split()) for t in texts]).astype(np.float32)
+    settings = {"batch_size": 32, "max_steps": 100, "eval_every": 50, "learning_rate": 0.05}
+    moved = {}
+    for weight in (0.0, 10.0):
+        distiller = SimilarityDistiller(anchor_weight=weight, **settings).fit(model, texts, targets)
+        moved[weight] = np.linalg.norm(distiller.model_.vectors - model.vectors)
+        assert distiller.model_.metadata["distillation"]["anchor_weight"] == weight
+    assert 0 < moved[10.0] < 0.5 * moved[0.0]
+    with pytest.raises(DemitasseError, match="anchor_weight"):
+        SimilarityDistiller(anchor_weight=-1.0, **settings).fit(model, texts, targets)
+
+
 def toy_word_vector_problem(
     untrained_is_best: bool = False,
 ) -> tuple[np.ndarray, BatchLoss, np.ndarray, np.ndarray]:

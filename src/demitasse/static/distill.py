@@ -4,7 +4,9 @@ For a batch of corpus sentences, the teacher's and the static model's cosine sim
 turned into row-wise distributions over the *other* sentences of the batch (softmax at
 temperature 0.05, diagonal excluded); the word vectors learn to make the static distribution
 match the teacher's (KL divergence, i.e. soft cross-entropy). Adam on sparse rows, early
-stopping on a validation split of the corpus.
+stopping on a validation split of the corpus. With ``anchor_weight`` > 0 the training loss
+adds that weight times the mean squared distance of the batch's words from their starting
+vectors (the validation loss, which stops training, stays the KL alone).
 """
 
 from __future__ import annotations
@@ -48,9 +50,12 @@ class SimilarityDistiller(WordVectorTrainer):
     stops after ``patience`` evaluations without improvement; the best vectors are kept.
     """
 
-    def __init__(self, validation_fraction: float = 0.02, **training: Any) -> None:
+    def __init__(
+        self, validation_fraction: float = 0.02, anchor_weight: float = 0.0, **training: Any
+    ) -> None:
         super().__init__(**training)  # WordVectorTrainer's hyperparameters
         self.validation_fraction = validation_fraction
+        self.anchor_weight = anchor_weight
 
     def fit(
         self, model: StaticModel, texts: Sequence[str], teacher_embeddings: np.ndarray
@@ -70,17 +75,26 @@ class SimilarityDistiller(WordVectorTrainer):
             )
         if not self.temperature > 0:
             raise DemitasseError(f"temperature must be positive, got {self.temperature}")
+        if not self.anchor_weight >= 0:
+            raise DemitasseError(f"anchor_weight must be >= 0, got {self.anchor_weight}")
         keep = np.random.default_rng(self.seed).permutation(keep)
         n_valid = max(self.batch_size, round(len(keep) * self.validation_fraction))
         valid_rows, train_rows = keep[:n_valid], keep[n_valid:]
         batches = TokenBatches(ids)
         targets = torch.as_tensor(np.asarray(teacher_embeddings, dtype=np.float32))
 
-        def batch_loss(bag: torch.nn.EmbeddingBag, _: str, rows: np.ndarray) -> torch.Tensor:
+        start = torch.from_numpy(np.array(model.vectors, dtype=np.float32))
+
+        def batch_loss(bag: torch.nn.EmbeddingBag, split: str, rows: np.ndarray) -> torch.Tensor:
             flat, offsets = batches.batch(rows)
-            return similarity_distribution_loss(
+            loss = similarity_distribution_loss(
                 bag(flat, offsets), targets[torch.as_tensor(rows)], self.temperature
             )
+            if self.anchor_weight > 0 and split == "train":
+                words = flat.unique()
+                moved = F.embedding(words, bag.weight, sparse=True) - start[words]
+                loss = loss + self.anchor_weight * moved.square().sum(1).mean()
+            return loss
 
         trained = train_word_vectors(
             model.vectors, batch_loss, train_rows, valid_rows, self, "distilling"
@@ -93,6 +107,7 @@ class SimilarityDistiller(WordVectorTrainer):
     def _summary(self, n_train: int) -> dict[str, object]:
         return {
             "temperature": self.temperature,
+            "anchor_weight": self.anchor_weight,
             "learning_rate": self.learning_rate,
             "batch_size": self.batch_size,
             "best_step": self.best_step_,

@@ -37,6 +37,7 @@ class StaticRecipe:
     learning_rate: float = 3e-3  # chosen on STS-B dev among 3e-4, 1e-3, 3e-3, 1e-2
     batch_size: int = 512  # chosen on dev among 128, 512, 1024 (static_batch_choices.json)
     temperature: float = 0.05  # of both in-batch similarity distributions
+    anchor_weight: float = 0.0  # pull of each trained word vector toward its start
     max_steps: int = 10_000
     eval_every: int = 250
     patience: int = 4
@@ -179,6 +180,7 @@ def _distill_stage(
         learning_rate=recipe.learning_rate,
         batch_size=recipe.batch_size,
         temperature=recipe.temperature,
+        anchor_weight=recipe.anchor_weight,
         max_steps=recipe.max_steps,
         eval_every=recipe.eval_every,
         patience=recipe.patience,
