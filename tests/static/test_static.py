@@ -152,14 +152,20 @@ def test_similarity_distribution_loss_is_zero_on_the_teacher_and_positive_elsewh
     assert float(similarity_distribution_loss(torch.randn(16, 8, generator=generator), teacher)) > 0
 
 
-def test_distillation_lowers_the_validation_loss(extractor: WordVectorExtractor) -> None:
-    model = extractor.to_model("tiny")
+def word_sum_teacher() -> tuple[list[str], np.ndarray]:
+    """Texts of four words and a teacher whose sentence vector is a fixed random function of
+    the words it contains."""
     rng = np.random.default_rng(0)
     words = ["man", "woman", "dog", "cat", "guitar", "piano", "park", "food", "car", "mat"]
     texts = [" ".join(rng.choice(words, size=4)) for _ in range(512)]
-    # A teacher whose sentence vector is a fixed random function of the words it contains.
     word_targets = {w: rng.standard_normal(16) for w in words}
     targets = np.stack([sum(word_targets[w] for w in t.split()) for t in texts]).astype(np.float32)
+    return texts, targets
+
+
+def test_distillation_lowers_the_validation_loss(extractor: WordVectorExtractor) -> None:
+    model = extractor.to_model("tiny")
+    texts, targets = word_sum_teacher()
     distiller = SimilarityDistiller(
         batch_size=32, max_steps=200, eval_every=50, learning_rate=0.05, patience=10
     ).fit(model, texts, targets)
@@ -173,11 +179,7 @@ def test_an_anchor_keeps_distilled_vectors_nearer_their_start(
     extractor: WordVectorExtractor,
 ) -> None:
     model = extractor.to_model("tiny")
-    rng = np.random.default_rng(0)
-    words = ["man", "woman", "dog", "cat", "guitar", "piano", "park", "food", "car", "mat"]
-    texts = [" ".join(rng.choice(words, size=4)) for _ in range(512)]
-    word_targets = {w: rng.standard_normal(16) for w in words}
-    targets = np.stack([sum(word_targets[w] for w in t.split()) for t in texts]).astype(np.float32)
+    texts, targets = word_sum_teacher()
     settings = {"batch_size": 32, "max_steps": 100, "eval_every": 50, "learning_rate": 0.05}
     moved = {}
     for weight in (0.0, 10.0):

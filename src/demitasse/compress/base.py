@@ -13,6 +13,7 @@ clones, sits in a ``Pipeline`` and is tuned by ``GridSearchCV`` like any other.
 from __future__ import annotations
 
 import warnings
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Self
@@ -246,22 +247,31 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
             )
         n = X.shape[0]
         out = np.empty((n, k), np.float32) if out is None else check_out(out, (n, k), np.float32)
-        for start, chunk in iter_row_chunks(X, chunk_rows, self.compute_dtype):
-            if not self.output_reveals_non_finite_input:
-                check_finite_chunk(chunk, start)
-            result = self._transform_chunk(chunk, k)
-            try:
-                check_finite_chunk(result, start, "the output", error=CompressorError)
-            except CompressorError:
-                check_finite_chunk(chunk, start)  # the input's fault: name its row
-                raise
-            if result.shape != (chunk.shape[0], k):
-                raise RuntimeError(
-                    f"{type(self).__name__}._transform_chunk returned shape {result.shape}, "
-                    f"expected {(chunk.shape[0], k)}"
-                )
-            out[start : start + chunk.shape[0]] = result
+        with self._transform_context():
+            for start, chunk in iter_row_chunks(X, chunk_rows, self.compute_dtype):
+                out[start : start + chunk.shape[0]] = self._checked_chunk(chunk, start, k)
         return out
+
+    def _transform_context(self) -> AbstractContextManager[None]:
+        """Entered around a whole ``transform`` (thread settings, say)."""
+        return nullcontext()
+
+    def _checked_chunk(self, chunk: np.ndarray, start: int, k: int) -> np.ndarray:
+        """``_transform_chunk`` with the finiteness checks that name the bad input row."""
+        if not self.output_reveals_non_finite_input:
+            check_finite_chunk(chunk, start)
+        result = self._transform_chunk(chunk, k)
+        try:
+            check_finite_chunk(result, start, "the output", error=CompressorError)
+        except CompressorError:
+            check_finite_chunk(chunk, start)  # the input's fault: name its row
+            raise
+        if result.shape != (chunk.shape[0], k):
+            raise RuntimeError(
+                f"{type(self).__name__}._transform_chunk returned shape {result.shape}, "
+                f"expected {(chunk.shape[0], k)}"
+            )
+        return result
 
     def fit_transform(
         self,

@@ -76,7 +76,7 @@ def output_blocks(dim: int) -> list[tuple[int, int]]:
 def two_layer_plan(
     rotation: Rotation,
     linear: tuple[torch.Tensor, torch.Tensor],
-    hidden: torch.Tensor,
+    hidden: torch.nn.Linear,
     out: torch.Tensor,
     dim: int,
 ) -> Plan:

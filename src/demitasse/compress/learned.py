@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from numbers import Real
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -29,7 +30,6 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from demitasse.arrays import (
-    DEFAULT_CHUNK_ROWS,
     as_matrix,
     check_finite,
     cosine_rows,
@@ -538,20 +538,12 @@ class LearnedCompressor(Compressor):
 
     # ---- transform and persistence -----------------------------------------------------------
 
-    def transform(
-        self,
-        X: Any,
-        dim: int | None = None,
-        *,
-        chunk_rows: int = DEFAULT_CHUNK_ROWS,
-        out: np.ndarray | None = None,
-    ) -> np.ndarray:
+    def _transform_context(self) -> AbstractContextManager[None]:
         # The finiteness checks between chunks run on numpy's BLAS, the network on torch's
         # OpenMP threads: OpenBLAS's threads spin after each call and take the cores torch's
         # threads wait for (2-4x slower on 2 cores). The checks are matrix-vector products,
         # memory-bound, so one BLAS thread loses nothing.
-        with single_blas_thread():
-            return super().transform(X, dim, chunk_rows=chunk_rows, out=out)
+        return single_blas_thread()
 
     def _transform_chunk(self, X: np.ndarray, dim: int) -> np.ndarray:
         import torch
