@@ -42,9 +42,14 @@ COMPRESSORS: dict[str, tuple[str, dict[str, object], list[int]]] = {
     "pca": ("pca", {"dim": 256}, [256, 32, 8]),
     "adaptor": ("adaptor", {"dim": 256, "min_dim": 8, "hidden_dim": 512}, [256, 32, 8]),
     "adaptor-h128": ("adaptor", {"dim": 256, "min_dim": 8, "hidden_dim": 128}, [256, 32, 8]),
-    "smec": ("smec", {"dim": 256, "min_dim": 8}, [256, 32, 8]),
-    "smec-h128": ("smec", {"dim": 256, "min_dim": 8, "hidden_dim": 128}, [256, 32, 8]),
-    # One distilled network per stage width (hidden 128) instead of the chain (issue #31).
+    "smec": ("smec", {"dim": 256, "min_dim": 8, "inference": "chain"}, [256, 32, 8]),
+    "smec-h128": (
+        "smec",
+        {"dim": 256, "min_dim": 8, "hidden_dim": 128, "inference": "chain"},
+        [256, 32, 8],
+    ),
+    # One distilled network per stage width (hidden 128) instead of the chain: the default
+    # since issue #31.
     "smec-distilled": ("smec", {"dim": 256, "min_dim": 8, "inference": "distilled"}, [256, 32, 8]),
     "mcr2": ("mcr2", {"dim": 128}, [128]),
     "mcr2-h128": ("mcr2", {"dim": 128, "hidden_dim": 128}, [128]),

@@ -305,6 +305,7 @@ def prepare(args: argparse.Namespace) -> Analyses:
     unlabeled = held_out_unlabeled(data_dir, args.n_unlabeled, args.seed, evaluation_texts(tasks))
     common: dict[str, Any] = {
         "max_epochs": args.max_epochs, "device": "cpu", "seed": args.seed,
+        "inference": "chain",  # as when the section was run (distilled width networks since #31)
     }  # fmt: skip
     X = encoder.encode(unlabeled)
     return Analyses(encoder.name, encoder.dim, f"unlabeled-en-{len(unlabeled) // 1000}k", X,

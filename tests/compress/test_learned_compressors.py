@@ -203,7 +203,7 @@ def test_extend_resumes_a_loaded_compressor_without_retraining(tmp_path: Path) -
 def test_distilled_width_networks_follow_the_chain_they_were_fitted_to(tmp_path: Path) -> None:
     X = correlated(n=1500)
     model = SMEC(dim=16, min_dim=4, inference="distilled", **FAST).fit(X)
-    chain = SMEC(dim=16, min_dim=4, **FAST).fit(X)
+    chain = SMEC(dim=16, min_dim=4, inference="chain", **FAST).fit(X)
     for dim in (16, 12, 8, 4):
         distilled, reference = model.transform(X, dim), model.chain_transform(X, dim)
         # The chain trains as without distillation (the width networks are fitted after it).

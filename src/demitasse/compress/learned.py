@@ -129,10 +129,11 @@ class _CompressorTraining:
         optimisers: list[torch.optim.Optimizer],
         batch_loss: BatchLoss,
         description: str,
+        record: bool = True,
     ) -> None:
         self.compressor, self.modules, self.optimisers = compressor, modules, optimisers
         self.batch_loss, self.description = batch_loss, description
-        recording = getattr(compressor, "record_gradients", False)
+        recording = record and getattr(compressor, "record_gradients", False)
         self.log = _GradientLog(modules) if recording else None
         self.epoch = 0
         self.best: list[dict[str, Any]] = []
@@ -504,6 +505,7 @@ class LearnedCompressor(Compressor):
         parameter_groups: list[dict[str, Any]],
         batch_loss: BatchLoss,
         description: str,
+        record: bool = True,
     ) -> None:
         """Train ``parameter_groups`` on the shared loop (:func:`demitasse.loop.run_loop`)
         until the validation loss stops improving.
@@ -515,14 +517,14 @@ class LearnedCompressor(Compressor):
         :class:`~demitasse.compress.optimisers.MaxNormalizedSGD`. ``batch_loss(rows,
         training)`` gets row indices of the fit data. With the hyperparameter
         ``record_gradients`` set, per-step gradient statistics go to ``history_`` (see
-        ``_GradientLog``); training itself is unchanged.
+        ``_GradientLog``) unless ``record`` is false; training itself is unchanged.
         """
         from demitasse.compress.optimisers import compressor_optimisers
 
         optimisers = compressor_optimisers(
             parameter_groups, lr=float(self.learning_rate), weight_decay=float(self.weight_decay)
         )
-        task = _CompressorTraining(self, modules, optimisers, batch_loss, description)
+        task = _CompressorTraining(self, modules, optimisers, batch_loss, description, record)
         settings = LoopSettings(
             max_epochs=int(self.max_epochs),
             patience=int(self.patience),

@@ -315,7 +315,7 @@ class SMEC(LearnedCompressor):
         temperature: float = 0.5,
         ads_learning_rate: float = 0.05,
         ads_prior: str = "variance",
-        inference: str = "chain",
+        inference: str = "distilled",
         distilled_hidden_dim: int = 128,
         cosent_weight: float = 1.0,
         rank_weight: float = 1.0,
@@ -363,6 +363,12 @@ class SMEC(LearnedCompressor):
         self.device = device
         self.progress = progress
         self.record_gradients = record_gradients
+
+    @classmethod
+    def _saved_params(cls, params: dict[str, Any], version: int) -> dict[str, Any]:
+        params = super()._saved_params(params, version)
+        # Saved before width networks existed: those compressors hold only the chain.
+        return params if "inference" in params else {**params, "inference": "chain"}
 
     def _initial_output_dim(self, n_features: int) -> int:
         if self.dim is None:
@@ -476,7 +482,9 @@ class SMEC(LearnedCompressor):
     def _train(self, U: torch.Tensor, X: torch.Tensor) -> None:
         self._train_stages(U, X, first=0)
 
-    def _train_stages(self, U: torch.Tensor, X: torch.Tensor, first: int) -> None:
+    def _train_stages(
+        self, U: torch.Tensor, X: torch.Tensor, first: int, first_width: int = 0
+    ) -> None:
         """Train stages ``first…`` (earlier ones stay frozen); SMRL: one at a time."""
         import torch
 
@@ -496,21 +504,23 @@ class SMEC(LearnedCompressor):
         else:
             self._train_group(stages[:first], stages[first:], H, U, X)
         if self.inference == "distilled":
-            self._distil_widths(U)
+            self._distil_widths(U, first_width)
 
-    def _distil_widths(self, U: torch.Tensor) -> None:
-        """Fit each width network to the trained chain's output at its width (mean squared
-        error relative to the output's mean square), starting from the least-squares linear
-        map; the stages stay as they are."""
+    def _distil_widths(self, U: torch.Tensor, first: int = 0) -> None:
+        """Fit each width network from the ``first`` on to the trained chain's output at its
+        width (mean squared error relative to the output's mean square), starting from the
+        least-squares linear map; the stages stay as they are."""
         import torch
 
         stages = self._stages()
         for stage in stages:
             stage.requires_grad_(False).eval()
         h = U
-        for stage, student in zip(stages, self._width_networks(), strict=True):
+        for index, (stage, student) in enumerate(zip(stages, self._width_networks(), strict=True)):
             with torch.no_grad():
                 h = stage(h, U)
+            if index < first:
+                continue
             target = h
             scale = target[self._train_rows].square().mean().clamp_min(1e-12)
             student.start_from_least_squares(U[self._train_rows], target[self._train_rows])
@@ -530,6 +540,7 @@ class SMEC(LearnedCompressor):
                 [{"params": student.parameters()}],
                 batch_loss,
                 f"smec: distilling width {stage.d_out}",
+                record=False,  # history_ is about the stages' training
             )
             student.requires_grad_(False).eval()
 
@@ -633,6 +644,17 @@ class SMEC(LearnedCompressor):
 
     # ---- resume ------------------------------------------------------------------------------
 
+    def _kept_state(self, n_trained: int) -> dict[str, torch.Tensor]:
+        """The fitted network's weights under the longer chain's keys: the ``n_trained`` stages
+        keep theirs, and width networks move past the new stages."""
+        shift = len(self.stage_dims_) - n_trained
+        kept = {}
+        for key, value in self.network_.state_dict().items():
+            index, rest = key.split(".", 1)
+            position = int(index) if int(index) < n_trained else int(index) + shift
+            kept[f"{position}.{rest}"] = value
+        return kept
+
     def extend(
         self, X: Any, min_dim: int, *, fit_data: str | None = None, **supervision: Any
     ) -> Self:
@@ -666,14 +688,9 @@ class SMEC(LearnedCompressor):
         if self.record_gradients:
             self.history_ = []
         n_trained = len(self.stage_dims_)
-        # Width networks are distilled again from the longer chain; the stages are kept.
-        old = {
-            key: value
-            for key, value in self.network_.state_dict().items()
-            if int(key.split(".")[0]) < n_trained
-        }
         self.stage_dims_ = [*self.stage_dims_, *halving_dims(last, int(min_dim))[1:]]
         self.min_dim = int(min_dim)
+        old = self._kept_state(n_trained)
         network = self._build_network()
         network.load_state_dict(old, strict=False)
         self.network_ = network.to(self._torch_device)
@@ -681,7 +698,10 @@ class SMEC(LearnedCompressor):
         self._supervised = self._prepare_supervision(supervision, X.shape[1])
         X_t = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32)).to(self._torch_device)
         self._split_rows(X.shape[0])
-        self._train_stages(self._rotate(X_t), X_t, first=n_trained)
+        kept_widths = any(int(key.split(".")[0]) >= len(self.stage_dims_) for key in old)
+        self._train_stages(
+            self._rotate(X_t), X_t, first=n_trained, first_width=n_trained if kept_widths else 0
+        )
         self.network_.eval().cpu()
         self._supervised = {}
         if fit_data is not None:
