@@ -273,6 +273,10 @@ class SMEC(LearnedCompressor):
     Stages run along ``dim, dim/2, …, min_dim`` (``dim`` defaults to half the input width).
     ``transform(X, dim=k)`` runs the chain to the smallest stage of width >= k and keeps its
     first k outputs, so every stage width is exact and widths between stages are prefixes.
+    With ``inference="distilled"`` (the default) each stage width also gets a two-layer network
+    (hidden ``distilled_hidden_dim``) fitted to the trained chain's output at that width, and
+    ``transform`` runs that network instead of the chain: one hidden layer however deep the
+    chain (``chain_transform`` still runs the chain).
     """
 
     method: ClassVar[str] = "smec"
