@@ -51,7 +51,7 @@ COMPRESSORS: dict[str, tuple[str, dict[str, object], list[int]]] = {
     # One distilled network per stage width (hidden 128) instead of the chain: the default
     # since issue #31.
     "smec-distilled": ("smec", {"dim": 256, "min_dim": 8, "inference": "distilled"}, [256, 32, 8]),
-    "mcr2": ("mcr2", {"dim": 128}, [128]),
+    "mcr2": ("mcr2", {"dim": 128, "hidden_dim": 512}, [128]),
     "mcr2-h128": ("mcr2", {"dim": 128, "hidden_dim": 128}, [128]),
 }
 

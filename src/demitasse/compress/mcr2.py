@@ -143,7 +143,7 @@ class MCR2(LearnedCompressor):
         self,
         dim: int | None = 128,
         n_clusters: int = 10,
-        hidden_dim: int = 512,
+        hidden_dim: int = 128,
         eps: float = 0.5,
         similarity_weight: float = 10.0,
         gumbel_temperature: float = 1.0,
