@@ -103,6 +103,17 @@ CLUSTER_LAMBDA = STS_LAMBDA
 HIDDEN_DIM = 512
 
 
+def new_head(dim: int, similarity_weight: float, hidden_dim: int = HIDDEN_DIM) -> MCR2:
+    """An unfitted head with this section's settings."""
+    return MCR2(
+        dim=dim,
+        n_clusters=TREC_K,
+        similarity_weight=similarity_weight,
+        hidden_dim=hidden_dim,
+        progress=True,
+    )
+
+
 def _record(
     model: str, layer: int, method: str, dim: int, task: str, score: Score, **extra: object
 ) -> ResultRecord:
@@ -192,13 +203,7 @@ def run_model(
 
         log(f"{name}: MCR² head, dim {dim}")
         start = time.perf_counter()
-        head = MCR2(
-            dim=dim,
-            n_clusters=TREC_K,
-            similarity_weight=STS_LAMBDA,
-            progress=True,
-            hidden_dim=HIDDEN_DIM,
-        ).fit(X_fit, pairs=(X1, X2), fit_data=FIT_DATA)
+        head = new_head(dim, STS_LAMBDA).fit(X_fit, pairs=(X1, X2), fit_data=FIT_DATA)
         train_s = time.perf_counter() - start
         info = {"train_seconds": round(train_s, 1), "n_pairs": head.n_pairs_}
         add(
@@ -226,13 +231,9 @@ def run_model(
 
         # The like-for-like comparison with k-means: fit on the questions themselves, no labels.
         start = time.perf_counter()
-        trec_head = MCR2(
-            dim=dim,
-            n_clusters=TREC_K,
-            similarity_weight=CLUSTER_LAMBDA,
-            progress=True,
-            hidden_dim=HIDDEN_DIM,
-        ).fit(X_trec, pairs=_nearest_neighbour_pairs(X_trec), fit_data="trec-unlabeled")
+        trec_head = new_head(dim, CLUSTER_LAMBDA).fit(
+            X_trec, pairs=_nearest_neighbour_pairs(X_trec), fit_data="trec-unlabeled"
+        )
         predicted = trec_head.predict_clusters(X_trec)
         seconds = time.perf_counter() - start
         how = "cluster head trained on TREC (no labels), fit + predict"

@@ -21,11 +21,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from demitasse.compress.mcr2 import MCR2
 from demitasse.data.sts import load_sickr, load_stsb
 from demitasse.loading import load_encoder
 from demitasse.metrics import spearman_x100
-from mcr2 import FIT_DATA, STS_LAMBDA, TREC_K, load_training_pairs
+from mcr2 import FIT_DATA, STS_LAMBDA, load_training_pairs, new_head
 
 HERE = Path(__file__).resolve().parent
 
@@ -58,9 +57,8 @@ def main() -> int:
     for hidden in (int(h) for h in args.hidden_dims.split(",")):
         for dim in (int(d) for d in args.dims.split(",")):
             started = time.perf_counter()
-            head = MCR2(
-                dim=dim, hidden_dim=hidden, n_clusters=TREC_K, similarity_weight=STS_LAMBDA
-            ).fit(X_fit, pairs=(X1, X2), fit_data=FIT_DATA)
+            head = new_head(dim, STS_LAMBDA, hidden).set_params(progress=False)
+            head.fit(X_fit, pairs=(X1, X2), fit_data=FIT_DATA)
             row: dict[str, object] = {
                 "model": encoder.name, "hidden_dim": hidden, "dim": dim,
                 "fit_seconds": round(time.perf_counter() - started, 1),
