@@ -30,6 +30,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from demitasse.arrays import (
+    DEFAULT_CHUNK_ROWS,
     as_matrix,
     check_finite,
     cosine_rows,
@@ -562,9 +563,6 @@ class LearnedCompressor(Compressor):
 
     def _folded(self, dim: int) -> Plan | None:
         """The inference plan at ``dim``, built once per fitted network."""
-        import torch
-
-        from demitasse.compress.folding import Rotation
 
         # Keyed on the network object too: fit, extend and load put a new one in place.
         plans: dict[tuple[int, int], Plan | None] = self.__dict__.setdefault("_plans", {})
@@ -573,10 +571,34 @@ class LearnedCompressor(Compressor):
             return plans[key]
         if any(network != key[0] for network, _ in plans):
             plans.clear()
-        mean, rotation = self.input_mean_, self.input_rotation_
-        plan = self._plan(Rotation(torch.from_numpy(mean), torch.from_numpy(rotation)), dim)
+        plan = self._plan(self._input_rotation(), dim)
         plans[key] = plan  # threads that race here build the same plan
         return plan
+
+    def _input_rotation(self) -> Rotation:
+        """The fitted change of basis, for the inference plans."""
+        import torch
+
+        from demitasse.compress.folding import Rotation
+
+        return Rotation(torch.from_numpy(self.input_mean_), torch.from_numpy(self.input_rotation_))
+
+    def _fitted_width_input(
+        self,
+        X: Any,
+        chunk_rows: int = DEFAULT_CHUNK_ROWS,
+        error: type[Exception] = CompressorError,
+    ) -> np.ndarray:
+        """``X`` as a matrix of the width fitted on, checked finite; a wrong width raises
+        ``error`` in one line."""
+        X = as_matrix(X)
+        if X.shape[1] != self.n_features_in_:
+            raise error(
+                f"X has {X.shape[1]} features but this {self.method} compressor was fitted on "
+                f"{self.n_features_in_}"
+            )
+        check_finite(X, chunk_rows)
+        return X
 
     def reference_transform(self, X: Any, dim: int | None = None) -> np.ndarray:
         """``transform`` through the network as it trains (rotation, then every layer as

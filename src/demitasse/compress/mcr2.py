@@ -323,13 +323,7 @@ class MCR2(LearnedCompressor):
         import torch
 
         self._check_fitted("predict_clusters")
-        X = as_matrix(X)
-        if X.shape[1] != self.n_features_in_:
-            raise DataError(
-                f"X has {X.shape[1]} features but this {self.method} compressor was fitted on "
-                f"{self.n_features_in_}"
-            )
-        check_finite(X, chunk_rows)
+        X = self._fitted_width_input(X, chunk_rows, error=DataError)
         mean = torch.from_numpy(self.input_mean_)
         rotation = torch.from_numpy(self.input_rotation_)
         labels = np.empty(X.shape[0], dtype=np.int64)

@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self, cast
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from demitasse.arrays import as_matrix, check_finite, is_int
+from demitasse.arrays import is_int
 from demitasse.compress.base import register_compressor
 from demitasse.compress.learned import LearnedCompressor, halving_dims
 from demitasse.compress.params import Integers
@@ -425,22 +425,15 @@ class SMEC(LearnedCompressor):
         exist: what distillation costs is the difference between the two."""
         import torch
 
-        from demitasse.compress.folding import Rotation, smec_plan
+        from demitasse.compress.folding import smec_plan
 
         self._check_fitted("chain_transform")
         k = self._resolve_dim(dim)
-        X = np.ascontiguousarray(as_matrix(X), dtype=np.float32)
-        if X.shape[1] != self.n_features_in_:
-            raise CompressorError(
-                f"X has {X.shape[1]} features but this smec compressor was fitted on "
-                f"{self.n_features_in_}"
-            )
-        check_finite(X)
-        rotation = Rotation(
-            torch.from_numpy(self.input_mean_), torch.from_numpy(self.input_rotation_)
-        )
+        X = self._fitted_width_input(X)
+        X = np.ascontiguousarray(X, dtype=np.float32)
+        plan = smec_plan(self._input_rotation(), self._chain(k), k)
         with torch.inference_mode():
-            return smec_plan(rotation, self._chain(k), k)(torch.from_numpy(X)).numpy()
+            return plan(torch.from_numpy(X)).numpy()
 
     def _chain(self, dim: int) -> list[SelectionStage]:
         """The stages run for ``dim``: up to the smallest of width >= ``dim``."""
@@ -481,10 +474,10 @@ class SMEC(LearnedCompressor):
 
     def _train(self, U: torch.Tensor, X: torch.Tensor) -> None:
         self._train_stages(U, X, first=0)
+        if self.inference == "distilled":
+            self._distil_widths(U)
 
-    def _train_stages(
-        self, U: torch.Tensor, X: torch.Tensor, first: int, first_width: int = 0
-    ) -> None:
+    def _train_stages(self, U: torch.Tensor, X: torch.Tensor, first: int) -> None:
         """Train stages ``first…`` (earlier ones stay frozen); SMRL: one at a time."""
         import torch
 
@@ -503,8 +496,6 @@ class SMEC(LearnedCompressor):
                     H = stages[index](H, U)
         else:
             self._train_group(stages[:first], stages[first:], H, U, X)
-        if self.inference == "distilled":
-            self._distil_widths(U, first_width)
 
     def _distil_widths(self, U: torch.Tensor, first: int = 0) -> None:
         """Fit each width network from the ``first`` on to the trained chain's output at its
@@ -675,19 +666,15 @@ class SMEC(LearnedCompressor):
         unknown = sorted(set(supervision) - set(self.supervision))
         if unknown:
             raise CompressorError(f"smec: unknown fit argument(s) {', '.join(unknown)}")
-        X = as_matrix(X)
-        if X.shape[1] != self.n_features_in_:
-            raise CompressorError(
-                f"X has {X.shape[1]} features but this smec compressor was fitted on "
-                f"{self.n_features_in_}"
-            )
-        check_finite(X, 8192)
+        X = self._fitted_width_input(X, 8192)
         torch.manual_seed(self.seed)
         self._generator = torch.Generator().manual_seed(self.seed)
         self._torch_device = self._pick_device()
         if self.record_gradients:
             self.history_ = []
         n_trained = len(self.stage_dims_)
+        # Width networks fitted before are kept; without them, every width is distilled.
+        first_width = n_trained if self._width_networks() else 0
         self.stage_dims_ = [*self.stage_dims_, *halving_dims(last, int(min_dim))[1:]]
         self.min_dim = int(min_dim)
         old = self._kept_state(n_trained)
@@ -698,10 +685,10 @@ class SMEC(LearnedCompressor):
         self._supervised = self._prepare_supervision(supervision, X.shape[1])
         X_t = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32)).to(self._torch_device)
         self._split_rows(X.shape[0])
-        kept_widths = any(int(key.split(".")[0]) >= len(self.stage_dims_) for key in old)
-        self._train_stages(
-            self._rotate(X_t), X_t, first=n_trained, first_width=n_trained if kept_widths else 0
-        )
+        U = self._rotate(X_t)
+        self._train_stages(U, X_t, first=n_trained)
+        if self.inference == "distilled":
+            self._distil_widths(U, first_width)
         self.network_.eval().cpu()
         self._supervised = {}
         if fit_data is not None:
