@@ -268,7 +268,7 @@ def score(
 RECIPE_DEFAULTS = {
     "max_sentences": StaticRecipe.max_sentences, "harvest_limit": StaticRecipe.harvest_limit,
     "min_count": StaticRecipe.min_count, "steps": StaticRecipe.max_steps,
-    "batch_size": StaticRecipe.batch_size,
+    "batch_size": StaticRecipe.batch_size, "regression_weight": StaticRecipe.regression_weight,
 }  # fmt: skip
 
 
@@ -282,6 +282,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--min-count", type=int, default=RECIPE_DEFAULTS["min_count"])
     parser.add_argument("--steps", type=int, default=RECIPE_DEFAULTS["steps"])
     parser.add_argument("--batch-size", type=int, default=RECIPE_DEFAULTS["batch_size"])
+    parser.add_argument(
+        "--regression-weight", type=float, default=RECIPE_DEFAULTS["regression_weight"]
+    )
     parser.add_argument(
         "--skip-teacher-ablation",
         action="store_true",
@@ -315,6 +318,7 @@ def main() -> int:
         harvest_limit=args.harvest_limit,
         max_steps=args.steps,
         batch_size=args.batch_size,
+        regression_weight=args.regression_weight,
     )
     corpus_dir = Path(args.data_dir) / "unlabeled" / "en"
     ours_teacher = teacher if DISTILL_TEACHER == TEACHER else load_encoder(DISTILL_TEACHER)
@@ -615,7 +619,7 @@ def section_values(
         "max_occurrences": recipe.max_occurrences, "n_encoded": f"{encoded:,}",
         "dim": recipe.dim, "n_pca": f"{min(encoded, recipe.pca_sentences):,}",
         "batch_size": recipe.batch_size, "learning_rate": recipe.learning_rate,
-        "temperature": recipe.temperature,
+        "temperature": recipe.temperature, "regression_weight": recipe.regression_weight,
         "best_step": stages.distiller.best_step_, "max_steps": recipe.max_steps,
         "extract_seconds": f"{seconds['extract']:.0f}", "pca_seconds": f"{seconds['pca']:.0f}",
         "distill_seconds": f"{seconds['distill']:.0f}", "model2vec_time": m2v,

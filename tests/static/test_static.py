@@ -145,6 +145,23 @@ def test_sentence_level_pca_with_abtt_projects_sentence_vectors_exactly(
         StaticPCA(fit_on="tokens").fit(model, CORPUS)
 
 
+def test_teacher_embeddings_projected_like_the_sentence_vectors_the_pca_was_fitted_on(
+    extractor: WordVectorExtractor,
+) -> None:
+    model = extractor.to_model("tiny")
+    pca = StaticPCA(dim=8, abtt=1).fit(model, CORPUS)
+    # The fit sentences' own vectors, centred at their own mean, land where the reduced model
+    # puts those sentences.
+    projected = pca.project_embeddings(sentence_vectors(model, CORPUS))
+    np.testing.assert_allclose(projected, sentence_vectors(pca.transform(model), CORPUS), atol=1e-5)
+    # Centred at their own mean: a common offset changes nothing.
+    np.testing.assert_allclose(
+        pca.project_embeddings(sentence_vectors(model, CORPUS) + 5.0), projected, atol=1e-4
+    )
+    with pytest.raises(DemitasseError, match="32 columns"):
+        pca.project_embeddings(np.ones((3, 8)))
+
+
 def test_similarity_distribution_loss_is_zero_on_the_teacher_and_positive_elsewhere() -> None:
     generator = torch.Generator().manual_seed(0)
     teacher = torch.randn(16, 8, generator=generator)
@@ -189,6 +206,57 @@ def test_an_anchor_keeps_distilled_vectors_nearer_their_start(
     assert 0 < moved[10.0] < 0.5 * moved[0.0]
     with pytest.raises(DemitasseError, match="anchor_weight"):
         SimilarityDistiller(anchor_weight=-1.0, **settings).fit(model, texts, targets)
+
+
+def test_a_regression_weight_pulls_sentence_vectors_toward_their_targets(
+    extractor: WordVectorExtractor,
+) -> None:
+    model = extractor.to_model("tiny")
+    texts, teacher = word_sum_teacher()
+    # Targets a bag of words can reach: a sum of other random vectors of the words.
+    rng = np.random.default_rng(1)
+    word_pull = {word: rng.standard_normal(model.dim) for word in set(" ".join(texts).split())}
+    pulls = np.stack([sum(word_pull[w] for w in t.split()) for t in texts]).astype(np.float32)
+    settings = {"batch_size": 32, "max_steps": 100, "eval_every": 50, "learning_rate": 0.05}
+    agreement = {}
+    for weight in (0.0, 10.0):
+        distiller = SimilarityDistiller(regression_weight=weight, **settings)
+        distiller.fit(model, texts, teacher, pulls)
+        vectors = distiller.model_.encode(texts)
+        unit = pulls / np.linalg.norm(pulls, axis=1, keepdims=True)
+        agreement[weight] = float(np.mean(np.sum(vectors * unit, axis=1)))
+        assert distiller.model_.metadata["distillation"]["regression_weight"] == weight
+    assert agreement[10.0] > 0.8 and agreement[10.0] > agreement[0.0] + 0.5
+    with pytest.raises(DemitasseError, match="needs regression_targets"):
+        SimilarityDistiller(regression_weight=1.0, **settings).fit(model, texts, teacher)
+    with pytest.raises(DemitasseError, match=f"{len(texts)} × {model.dim}"):
+        SimilarityDistiller(regression_weight=1.0, **settings).fit(
+            model, texts, teacher, pulls[:, :3]
+        )
+    with pytest.raises(DemitasseError, match="regression_weight must be >= 0"):
+        SimilarityDistiller(regression_weight=-1.0, **settings).fit(model, texts, teacher, pulls)
+
+
+def test_the_whole_recipe_distils_with_the_pca_projected_teacher_as_regression_target(
+    teacher: TransformerEncoder, tmp_path: Path
+) -> None:
+    from demitasse.static.pipeline import StaticRecipe
+
+    rng = np.random.default_rng(3)
+    words = [*WORDS, "singing", "singers"]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(
+        "\n".join(" ".join(rng.choice(words, size=rng.integers(3, 8))) for _ in range(300)),
+        encoding="utf-8",
+    )
+    recipe = StaticRecipe(
+        dim=8, abtt=1, max_occurrences=3, min_count=2, pca_sentences=100, batch_size=16,
+        max_steps=40, eval_every=20, regression_weight=0.3,
+    )  # fmt: skip
+    stages = distill_static(teacher, corpus, tmp_path / "work", recipe)
+    summary = stages.distilled.metadata["distillation"]
+    assert summary["regression_weight"] == 0.3 and stages.distilled.dim == 8
+    assert not np.allclose(stages.distilled.vectors, stages.reduced.vectors)
 
 
 def toy_word_vector_problem(
@@ -388,6 +456,7 @@ def test_distill_static_defaults_on_the_command_line_are_the_recipe_defaults() -
         "max_steps": args.steps,
         "learning_rate": args.lr,
         "batch_size": args.batch_size,
+        "regression_weight": args.regression_weight,
     }
     assert from_cli == {name: getattr(recipe, name) for name in from_cli}
     assert set(from_cli) <= {field.name for field in dataclasses.fields(StaticRecipe)}

@@ -337,6 +337,12 @@ def _add_distill_static_parser(commands: Any) -> None:
     static.add_argument(
         "--batch-size", type=positive_int, default=512, help="sentences a distillation step"
     )
+    static.add_argument(
+        "--regression-weight",
+        type=non_negative_float,
+        default=0.3,
+        help="pull of each sentence toward its teacher embedding (0: similarities only)",
+    )
     static.add_argument("--work-dir", default=None, help="extraction checkpoints (resumable)")
     static.add_argument("--model2vec", default=None, help="also export the model2vec layout here")
 
@@ -473,6 +479,7 @@ def _run_distill_static(args: argparse.Namespace) -> int:
         max_steps=args.steps,
         learning_rate=args.lr,
         batch_size=args.batch_size,
+        regression_weight=args.regression_weight,
     )
     stages = distill_static(args.teacher, args.corpus, args.work_dir, recipe, progress=True)
     stages.distilled.save(args.out)

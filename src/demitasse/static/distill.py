@@ -4,9 +4,13 @@ For a batch of corpus sentences, the teacher's and the static model's cosine sim
 turned into row-wise distributions over the *other* sentences of the batch (softmax at
 temperature 0.05, diagonal excluded); the word vectors learn to make the static distribution
 match the teacher's (KL divergence, i.e. soft cross-entropy). Adam on sparse rows, early
-stopping on a validation split of the corpus. With ``anchor_weight`` > 0 the training loss
-adds that weight times the mean squared distance of the batch's words from their starting
-vectors (the validation loss, which stops training, stays the KL alone).
+stopping on a validation split of the corpus. With ``regression_weight`` > 0 the loss adds that
+weight times the mean cosine distance between each static sentence vector and its own target:
+the teacher's embedding of that sentence in the static model's coordinates (the pipeline
+projects it on the same PCA components), a pointwise pull next to the in-batch similarities.
+With ``anchor_weight`` > 0 the training loss adds that weight times the mean squared distance
+of the batch's words from their starting vectors (the validation loss, which stops training,
+leaves the anchor out).
 """
 
 from __future__ import annotations
@@ -51,20 +55,33 @@ class SimilarityDistiller(WordVectorTrainer):
     """
 
     def __init__(
-        self, validation_fraction: float = 0.02, anchor_weight: float = 0.0, **training: Any
+        self,
+        validation_fraction: float = 0.02,
+        anchor_weight: float = 0.0,
+        regression_weight: float = 0.0,
+        **training: Any,
     ) -> None:
         super().__init__(**training)  # WordVectorTrainer's hyperparameters
         self.validation_fraction = validation_fraction
         self.anchor_weight = anchor_weight
+        self.regression_weight = regression_weight
 
     def fit(
-        self, model: StaticModel, texts: Sequence[str], teacher_embeddings: np.ndarray
+        self,
+        model: StaticModel,
+        texts: Sequence[str],
+        teacher_embeddings: np.ndarray,
+        regression_targets: np.ndarray | None = None,
     ) -> SimilarityDistiller:
         """Learn from ``texts`` and their teacher embeddings; sets ``model_``, ``history_``
-        (step, train loss, validation loss), ``best_step_``, ``seconds_``."""
+        (step, train loss, validation loss), ``best_step_``, ``seconds_``.
+
+        ``regression_targets`` (texts × the model's dim) are what ``regression_weight`` pulls
+        each sentence vector toward; needed only when that weight is positive."""
         started = time.perf_counter()
         if len(texts) != len(teacher_embeddings):
             raise DataError(f"{len(texts)} texts but {len(teacher_embeddings)} teacher embeddings")
+        pulls = self._checked_regression_targets(model, len(texts), regression_targets)
         ids = model.token_ids(texts)
         keep = np.flatnonzero([len(row) > 0 for row in ids])
         if len(keep) < 4 * self.batch_size:
@@ -87,9 +104,11 @@ class SimilarityDistiller(WordVectorTrainer):
 
         def batch_loss(bag: torch.nn.EmbeddingBag, split: str, rows: np.ndarray) -> torch.Tensor:
             flat, offsets = batches.batch(rows)
-            loss = similarity_distribution_loss(
-                bag(flat, offsets), targets[torch.as_tensor(rows)], self.temperature
-            )
+            student, batch_rows = bag(flat, offsets), torch.as_tensor(rows)
+            loss = similarity_distribution_loss(student, targets[batch_rows], self.temperature)
+            if pulls is not None:
+                distance = 1.0 - F.cosine_similarity(student, pulls[batch_rows], dim=1)
+                loss = loss + self.regression_weight * distance.mean()
             if self.anchor_weight > 0 and split == "train":
                 words = flat.unique()
                 moved = F.embedding(words, bag.weight, sparse=True) - start[words]
@@ -104,9 +123,29 @@ class SimilarityDistiller(WordVectorTrainer):
         self.seconds_ = time.perf_counter() - started
         return self
 
+    def _checked_regression_targets(
+        self, model: StaticModel, n_texts: int, targets: np.ndarray | None
+    ) -> torch.Tensor | None:
+        if not self.regression_weight >= 0:
+            raise DemitasseError(f"regression_weight must be >= 0, got {self.regression_weight}")
+        if self.regression_weight == 0:
+            return None
+        if targets is None:
+            raise DemitasseError(
+                "regression_weight > 0 needs regression_targets: the teacher's embeddings in "
+                "the static model's coordinates (StaticPCA.project_embeddings)"
+            )
+        if np.shape(targets) != (n_texts, model.dim):
+            raise DataError(
+                f"regression_targets must be {n_texts} × {model.dim} (texts × the model's "
+                f"dim), got {' × '.join(map(str, np.shape(targets)))}"
+            )
+        return torch.as_tensor(np.asarray(targets, dtype=np.float32))
+
     def _summary(self, n_train: int) -> dict[str, object]:
         return {
             "temperature": self.temperature,
+            "regression_weight": self.regression_weight,
             "anchor_weight": self.anchor_weight,
             "learning_rate": self.learning_rate,
             "batch_size": self.batch_size,

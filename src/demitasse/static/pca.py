@@ -67,6 +67,19 @@ class StaticPCA:
             metadata=metadata,
         )
 
+    def project_embeddings(self, embeddings: np.ndarray) -> np.ndarray:
+        """Sentence embeddings of the teacher in the reduced model's coordinates: centred at
+        their own mean (the teacher's are normalised, the word-vector means are not, so the two
+        means differ) and projected on the kept components."""
+        embeddings = np.asarray(embeddings, dtype=np.float64)
+        if embeddings.ndim != 2 or embeddings.shape[1] != self.pca_.components_.shape[1]:
+            raise DemitasseError(
+                f"embeddings must have {self.pca_.components_.shape[1]} columns (the extracted "
+                f"vectors' dim), got shape {embeddings.shape}"
+            )
+        centred = embeddings - embeddings.mean(axis=0)
+        return (centred @ self.pca_.components_.T).astype(np.float32)
+
 
 def sentence_vectors(model: StaticModel, sentences: Sequence[str]) -> np.ndarray:
     """Unnormalised mean word vectors of ``sentences`` (what the PCA is fitted on)."""

@@ -37,6 +37,7 @@ class StaticRecipe:
     learning_rate: float = 3e-3  # chosen on STS-B dev among 3e-4, 1e-3, 3e-3, 1e-2
     batch_size: int = 512  # chosen on dev among 128, 512, 1024 (static_batch_choices.json)
     temperature: float = 0.05  # of both in-batch similarity distributions
+    regression_weight: float = 0.3  # pull of each sentence toward its teacher embedding
     anchor_weight: float = 0.0  # pull of each trained word vector toward its start
     max_steps: int = 10_000
     eval_every: int = 250
@@ -129,7 +130,9 @@ def distill_static(
     )
     encoded_texts = [corpus[i] for i in np.flatnonzero(encoded)]
     pca, reduced, pca_s = _reduce_stage(extracted, encoded_texts, recipe)
-    distiller, distill_s = _distill_stage(teacher, reduced, encoded_texts, recipe, progress)
+    distiller, distill_s = _distill_stage(
+        teacher, reduced, encoded_texts, recipe, progress, pca=pca
+    )
     seconds = {"extract": extract_s, "pca": pca_s, "distill": distill_s}
     distilled = distiller.model_
     distilled.metadata["seconds"] = seconds
@@ -171,22 +174,27 @@ def _distill_stage(
     encoded_texts: list[str],
     recipe: StaticRecipe,
     progress: bool,
+    pca: StaticPCA | None = None,
 ) -> tuple[SimilarityDistiller, float]:
-    """The fitted distiller (its ``model_`` is the distilled model) and its wall time."""
+    """The fitted distiller (its ``model_`` is the distilled model) and its wall time; ``pca``
+    (the reduction ``reduced`` came from) places the teacher's embeddings in its coordinates
+    for ``recipe.regression_weight``."""
     started = time.perf_counter()
     # The extraction left these sentences' embeddings in the teacher's cache: no re-encoding.
     targets = teacher.encode(encoded_texts, batch_size=64)
+    pulls = pca.project_embeddings(targets) if pca and recipe.regression_weight else None
     distiller = SimilarityDistiller(
         learning_rate=recipe.learning_rate,
         batch_size=recipe.batch_size,
         temperature=recipe.temperature,
+        regression_weight=recipe.regression_weight,
         anchor_weight=recipe.anchor_weight,
         max_steps=recipe.max_steps,
         eval_every=recipe.eval_every,
         patience=recipe.patience,
         seed=recipe.seed,
         progress=progress,
-    ).fit(reduced, encoded_texts, targets)
+    ).fit(reduced, encoded_texts, targets, pulls)
     return distiller, time.perf_counter() - started
 
 
