@@ -169,7 +169,11 @@ def _nearest_neighbour_pairs(X: np.ndarray) -> np.ndarray:
 
 
 def run_model(
-    model_name: str, data_dir: str | None, dims: list[int], max_pairs: int | None
+    model_name: str,
+    data_dir: str | None,
+    dims: list[int],
+    max_pairs: int | None,
+    hidden_dim: int = HIDDEN_DIM,
 ) -> list[ResultRecord]:
     encoder = load_encoder(model_name)
     layer = encoder.num_layers
@@ -203,7 +207,7 @@ def run_model(
 
         log(f"{name}: MCR² head, dim {dim}")
         start = time.perf_counter()
-        head = new_head(dim, STS_LAMBDA).fit(X_fit, pairs=(X1, X2), fit_data=FIT_DATA)
+        head = new_head(dim, STS_LAMBDA, hidden_dim).fit(X_fit, pairs=(X1, X2), fit_data=FIT_DATA)
         train_s = time.perf_counter() - start
         info = {"train_seconds": round(train_s, 1), "n_pairs": head.n_pairs_}
         add(
@@ -231,7 +235,7 @@ def run_model(
 
         # The like-for-like comparison with k-means: fit on the questions themselves, no labels.
         start = time.perf_counter()
-        trec_head = new_head(dim, CLUSTER_LAMBDA).fit(
+        trec_head = new_head(dim, CLUSTER_LAMBDA, hidden_dim).fit(
             X_trec, pairs=_nearest_neighbour_pairs(X_trec), fit_data="trec-unlabeled"
         )
         predicted = trec_head.predict_clusters(X_trec)
@@ -266,6 +270,10 @@ def main() -> int:
     parser.add_argument("--dims", default="50,100,200,300")
     parser.add_argument("--max-pairs", type=int, default=None)
     parser.add_argument(
+        "--hidden-dim", type=int, default=HIDDEN_DIM, help="the heads' hidden width"
+    )
+    parser.add_argument("--results-name", default="mcr2", help="section and results file name")
+    parser.add_argument(
         "--threads",
         type=int,
         default=1,
@@ -279,21 +287,29 @@ def main() -> int:
     records: list[ResultRecord] = []
     with threadpool_limits(limits=args.threads):
         for model in args.models.split(","):
-            records += run_model(model, args.data_dir, dims, args.max_pairs)
+            records += run_model(model, args.data_dir, dims, args.max_pairs, args.hidden_dim)
     elapsed = time.perf_counter() - started
-    out = HERE / "results" / "mcr2.json"
+    out = HERE / "results" / f"{args.results_name}.json"
     write_records(out, records)
     sts_records = [r for r in records if r.task == "sts"]
     plot = plot_sts_vs_dim(
-        sts_records, HERE / "results" / "mcr2.png", title="MCR² head vs PCA: 7-set STS average"
+        sts_records,
+        HERE / "results" / f"{args.results_name}.png",
+        title="MCR² head vs PCA: 7-set STS average",
     )
     command = "python benchmarks/mcr2.py --data-dir ../shared/data"
     if args.models != "all-MiniLM-L6-v2":
         command += f" --models {args.models}"
+    if args.hidden_dim != HIDDEN_DIM:
+        command += f" --hidden-dim {args.hidden_dim}"
+    if args.results_name != "mcr2":
+        command += f" --results-name {args.results_name}"
     body = fill_section(
         RESULTS_MD,
-        "mcr2",
+        args.results_name,
         template("mcr2"),
+        results_name=args.results_name,
+        hidden_dim=args.hidden_dim,
         command=command,
         machine=machine_description(),
         threads=args.threads,
