@@ -563,7 +563,6 @@ class LearnedCompressor(Compressor):
 
     def _folded(self, dim: int) -> Plan | None:
         """The inference plan at ``dim``, built once per fitted network."""
-
         # Keyed on the network object too: fit, extend and load put a new one in place.
         plans: dict[tuple[int, int], Plan | None] = self.__dict__.setdefault("_plans", {})
         key = (id(self.network_), dim)

@@ -324,12 +324,10 @@ class MCR2(LearnedCompressor):
 
         self._check_fitted("predict_clusters")
         X = self._fitted_width_input(X, chunk_rows, error=DataError)
-        mean = torch.from_numpy(self.input_mean_)
-        rotation = torch.from_numpy(self.input_rotation_)
         labels = np.empty(X.shape[0], dtype=np.int64)
         with torch.inference_mode():
             for start in range(0, X.shape[0], chunk_rows):
                 chunk = torch.from_numpy(np.asarray(X[start : start + chunk_rows], np.float32))
-                logits = self.network_((chunk - mean) @ rotation)[1]
+                logits = self.network_(self._rotate(chunk))[1]
                 labels[start : start + len(chunk)] = logits.argmax(1).numpy()
         return labels
