@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ from demitasse.static.pca import StaticPCA
 from demitasse.static.pipeline import (
     StaticRecipe,
     StaticStages,
+    distill_stage,
     distill_static,
     write_stage_summary,
 )
@@ -71,18 +72,22 @@ PATHS = (
 @dataclass(frozen=True)
 class AblationStep:
     """One of: a stage of our recipe; a PCA (StaticPCA options) of the extracted vectors; our
-    distilled model with its vocabulary cut to the corpus words seen ``min_count`` times; or
+    distilled model with its vocabulary cut to the corpus words seen ``min_count`` times; our
+    reduced model distilled again with another ``seed`` (batch order and validation split); or
     the whole recipe with another ``teacher``."""
 
     stage: str | None = None
     pca: dict[str, Any] | None = None
     min_count: int | None = None
+    seed: int | None = None
     teacher: str | None = None
 
     def __post_init__(self) -> None:
-        chosen = [v for v in (self.stage, self.pca, self.min_count, self.teacher) if v is not None]
-        if len(chosen) != 1:
-            raise ValueError("an ablation step names one of 'stage', 'pca', 'min_count', 'teacher'")
+        options = (self.stage, self.pca, self.min_count, self.seed, self.teacher)
+        if sum(v is not None for v in options) != 1:
+            raise ValueError(
+                "an ablation step names one of 'stage', 'pca', 'min_count', 'seed', 'teacher'"
+            )
         if self.stage is not None and self.stage not in STAGES:
             raise ValueError(f"unknown stage {self.stage!r}; known: {', '.join(STAGES)}")
 
@@ -368,9 +373,7 @@ def main() -> int:
                 for path, key in zip(PATHS, [*PATHS[:2], "ours"], strict=True)
             ],
         ),
-        ablation_table=markdown_table(
-            ["stage (Table 6)", "dim", "STS avg (7)", "STS-B dev"], ablation_rows
-        ),
+        ablation_table=markdown_table(ABLATION_COLUMNS, ablation_rows),
         alignment_seconds=f"{translation_s:.0f}",
         translation_table=markdown_table(
             ["Multi30k test_2016_flickr", "de→en", "en→de"], translation_rows
@@ -382,30 +385,35 @@ def main() -> int:
     return 0
 
 
+ABLATION_COLUMNS = ["stage (Table 6)", "dim", "STS avg (7)", "STS-B dev", "SciFact nDCG@10"]
+
+
 def ablation(
     stages: StaticStages, recipe: StaticRecipe, args: argparse.Namespace
 ) -> tuple[list[ResultRecord], list[list[Any]]]:
-    """Wada et al.'s Table 6, STS only: each step of the recipe, and PCAs instead of ours."""
-    sts = build_tasks(["sts"], args.data_dir, limit=args.limit)
+    """Wada et al.'s Table 6 on STS and SciFact: each step of the recipe, PCAs instead of ours,
+    and our recipe with other distillation seeds."""
+    tasks = build_tasks(["sts", "retrieval"], args.data_dir, limit=args.limit)
     encoded_texts = [stages.corpus[i] for i in np.flatnonzero(stages.encoded)]
-    sample = encoded_texts[: recipe.pca_sentences]
     records: list[ResultRecord] = []
     rows = []
     for label, step in GRID.ablation.items():
         if step.teacher is not None and args.skip_teacher_ablation:
             log(f"ablation {label!r} left out (--skip-teacher-ablation)")
             continue
-        model = ablation_model(stages, step, sample, recipe, args.data_dir)
-        found = evaluate(model, sts, label)
+        model = ablation_model(stages, step, encoded_texts, recipe, args.data_dir)
+        found = evaluate(model, tasks, label)
         records += found
-        rows.append([label, model.dim, score(found, label, "sts"), stsb_dev(model, args.data_dir)])
+        sts, dev = score(found, label, "sts"), stsb_dev(model, args.data_dir)
+        scifact = score(found, label, "retrieval", "SciFact", "ndcg@10")
+        rows.append([label, model.dim, sts, dev, scifact])
     return records, rows
 
 
 def ablation_model(
     stages: StaticStages,
     step: AblationStep,
-    sample: list[str],
+    encoded_texts: list[str],
     recipe: StaticRecipe,
     data_dir: str,
 ) -> StaticModel:
@@ -413,9 +421,18 @@ def ablation_model(
         model: StaticModel = getattr(stages, step.stage)
     elif step.pca is not None:
         pca = StaticPCA(DIM, **step.pca)
+        sample = encoded_texts[: recipe.pca_sentences]
         model = pca.fit(stages.extracted, sample).transform(stages.extracted)
     elif step.min_count is not None:
         model = smaller_vocabulary(stages, step.min_count)
+    elif step.seed is not None:
+        teacher = load_encoder(DISTILL_TEACHER)
+        assert isinstance(teacher, TransformerEncoder)
+        seeded = replace(recipe, seed=step.seed)  # the corpus and its extraction stay
+        distiller, _ = distill_stage(
+            teacher, stages.reduced, encoded_texts, seeded, False, pca=stages.pca
+        )
+        model = distiller.model_
     else:
         corpus_dir = Path(data_dir) / "unlabeled" / "en"
         return distill_static(str(step.teacher), corpus_dir, recipe=recipe).distilled

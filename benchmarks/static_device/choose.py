@@ -28,7 +28,7 @@ from demitasse.evaluation.retrieval import RetrievalTask
 from demitasse.loading import load_encoder
 from demitasse.static import StaticModel
 from demitasse.static.extract import COUNTS_FILE
-from demitasse.static.pipeline import StaticRecipe, _distill_stage, _reduce_stage, shuffled_corpus
+from demitasse.static.pipeline import StaticRecipe, distill_stage, reduce_stage, shuffled_corpus
 from demitasse.static.vocabulary import static_tokenizer
 
 
@@ -88,7 +88,7 @@ def main() -> int:
     for min_count in args.min_count:
         model = subset(extracted, base, counts, min_count)
         recipe = StaticRecipe(max_sentences=None, min_count=min_count, max_steps=args.steps)
-        pca, reduced, _ = _reduce_stage(model, texts, recipe)
+        pca, reduced, _ = reduce_stage(model, texts, recipe)
         keep = Path(args.keep) / f"{args.teacher}-{min_count}"
         reduced.save(keep / "reduced")
         row = {"teacher": args.teacher, "min_count": min_count, "vocabulary": len(model.vectors)}
@@ -96,7 +96,7 @@ def main() -> int:
         emit({**row, "stage": "reduced", **dev_scores(reduced, data_dir, scifact)})
         if args.distill:
             started = time.perf_counter()
-            distiller, _ = _distill_stage(teacher, reduced, texts, recipe, True, pca)  # type: ignore[arg-type]
+            distiller, _ = distill_stage(teacher, reduced, texts, recipe, True, pca)  # type: ignore[arg-type]
             distiller.model_.save(keep / "distilled")
             scores = dev_scores(distiller.model_, data_dir, scifact)
             seconds = time.perf_counter() - started

@@ -42,7 +42,7 @@ class StaticRecipe:
     max_steps: int = 10_000
     eval_every: int = 250
     patience: int = 4
-    seed: int = 0
+    seed: int = 0  # the corpus sample and order, and the distillation's batches and split
 
 
 @dataclass
@@ -129,10 +129,8 @@ def distill_static(
         teacher, corpus, recipe, Path(work_dir), progress=progress
     )
     encoded_texts = [corpus[i] for i in np.flatnonzero(encoded)]
-    pca, reduced, pca_s = _reduce_stage(extracted, encoded_texts, recipe)
-    distiller, distill_s = _distill_stage(
-        teacher, reduced, encoded_texts, recipe, progress, pca=pca
-    )
+    pca, reduced, pca_s = reduce_stage(extracted, encoded_texts, recipe)
+    distiller, distill_s = distill_stage(teacher, reduced, encoded_texts, recipe, progress, pca=pca)
     seconds = {"extract": extract_s, "pca": pca_s, "distill": distill_s}
     distilled = distiller.model_
     distilled.metadata["seconds"] = seconds
@@ -156,7 +154,7 @@ def _transformer_teacher(teacher: TransformerEncoder | str | Path) -> Transforme
     return load_transformer(teacher)
 
 
-def _reduce_stage(
+def reduce_stage(
     extracted: StaticModel, encoded_texts: list[str], recipe: StaticRecipe
 ) -> tuple[StaticPCA, StaticModel, float]:
     """Sentence-level PCA with ABTT, its reduced model and its wall time."""
@@ -168,7 +166,7 @@ def _reduce_stage(
     return pca, reduced, time.perf_counter() - started
 
 
-def _distill_stage(
+def distill_stage(
     teacher: TransformerEncoder,
     reduced: StaticModel,
     encoded_texts: list[str],
