@@ -190,7 +190,7 @@ class _CompressorTraining:
 
 #: Rows a folded plan computes at a time (``transform`` chunks are larger, for I/O). On 2
 #: AVX2 cores 2,048-row tiles ran 5-25 % faster than 8,192 for the adaptor and SMEC's width
-#: networks at 8-256 dims (a tile's input and hidden layer stay in the L2 cache).
+#: networks at 8-256 dims (RESULTS.md, `compress_speed` notes); 1,024 gained nothing more.
 TRANSFORM_TILE_ROWS = 2048
 
 
