@@ -335,7 +335,7 @@ def main() -> int:
     write_stage_summary(stages, work / "summary.json")
     log(f"stages: {stages.seconds}")
 
-    records, ablation_rows = ablation(stages, recipe, args)
+    records, ablation_rows = ablation(stages, recipe, args, ours_teacher)
     # ---- peers on every task ---------------------------------------------------------------------
     tasks = build_tasks(["sts", "classification", "retrieval"], args.data_dir, limit=args.limit)
     m2v_started = time.perf_counter()
@@ -389,19 +389,21 @@ ABLATION_COLUMNS = ["stage (Table 6)", "dim", "STS avg (7)", "STS-B dev", "SciFa
 
 
 def ablation(
-    stages: StaticStages, recipe: StaticRecipe, args: argparse.Namespace
+    stages: StaticStages,
+    recipe: StaticRecipe,
+    args: argparse.Namespace,
+    teacher: TransformerEncoder,
 ) -> tuple[list[ResultRecord], list[list[Any]]]:
     """Wada et al.'s Table 6 on STS and SciFact: each step of the recipe, PCAs instead of ours,
     and our recipe with other distillation seeds."""
     tasks = build_tasks(["sts", "retrieval"], args.data_dir, limit=args.limit)
-    encoded_texts = [stages.corpus[i] for i in np.flatnonzero(stages.encoded)]
     records: list[ResultRecord] = []
     rows = []
     for label, step in GRID.ablation.items():
         if step.teacher is not None and args.skip_teacher_ablation:
             log(f"ablation {label!r} left out (--skip-teacher-ablation)")
             continue
-        model = ablation_model(stages, step, encoded_texts, recipe, args.data_dir)
+        model = ablation_model(stages, step, recipe, teacher, args.data_dir)
         found = evaluate(model, tasks, label)
         records += found
         sts, dev = score(found, label, "sts"), stsb_dev(model, args.data_dir)
@@ -413,24 +415,22 @@ def ablation(
 def ablation_model(
     stages: StaticStages,
     step: AblationStep,
-    encoded_texts: list[str],
     recipe: StaticRecipe,
+    teacher: TransformerEncoder,
     data_dir: str,
 ) -> StaticModel:
     if step.stage is not None:
         model: StaticModel = getattr(stages, step.stage)
     elif step.pca is not None:
         pca = StaticPCA(DIM, **step.pca)
-        sample = encoded_texts[: recipe.pca_sentences]
+        sample = stages.encoded_texts[: recipe.pca_sentences]
         model = pca.fit(stages.extracted, sample).transform(stages.extracted)
     elif step.min_count is not None:
         model = smaller_vocabulary(stages, step.min_count)
     elif step.seed is not None:
-        teacher = load_encoder(DISTILL_TEACHER)
-        assert isinstance(teacher, TransformerEncoder)
         seeded = replace(recipe, seed=step.seed)  # the corpus and its extraction stay
         distiller, _ = distill_stage(
-            teacher, stages.reduced, encoded_texts, seeded, False, pca=stages.pca
+            teacher, stages.reduced, stages.encoded_texts, seeded, False, pca=stages.pca
         )
         model = distiller.model_
     else:

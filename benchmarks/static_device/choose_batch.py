@@ -20,7 +20,6 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from demitasse.data import resolve_data_dir
@@ -52,7 +51,7 @@ def main() -> int:
     for variant in args.variant:
         recipe = StaticRecipe(max_steps=args.steps, **variant)
         stages = distill_static(teacher, data_dir / "unlabeled" / "en", recipe=recipe)
-        texts = [stages.corpus[i] for i in np.flatnonzero(stages.encoded)]
+        texts = stages.encoded_texts
         for seed in seeds:
             distiller, seconds = stages.distiller, stages.seconds["distill"]
             if seed != recipe.seed:  # the corpus and its extraction stay

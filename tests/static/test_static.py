@@ -257,6 +257,9 @@ def test_the_whole_recipe_distils_with_the_pca_projected_teacher_as_regression_t
     summary = stages.distilled.metadata["distillation"]
     assert summary["regression_weight"] == 0.3 and stages.distilled.dim == 8
     assert not np.allclose(stages.distilled.vectors, stages.reduced.vectors)
+    # What the PCA and the distillation read: the corpus sentences the teacher encoded.
+    assert len(stages.encoded_texts) == int(stages.encoded.sum()) > 0
+    assert set(stages.encoded_texts) <= set(stages.corpus)
 
 
 def toy_word_vector_problem(

@@ -58,6 +58,11 @@ class StaticStages:
     pca: StaticPCA | None = None
     distiller: SimilarityDistiller | None = None
 
+    @property
+    def encoded_texts(self) -> list[str]:
+        """The corpus sentences the teacher encoded: what the PCA and the distillation read."""
+        return [self.corpus[i] for i in np.flatnonzero(self.encoded)]
+
 
 def shuffled_corpus(path: str | Path, limit: int | None, seed: int) -> list[str]:
     """The corpus in a seeded random order, so that any prefix is a sample of every source."""
