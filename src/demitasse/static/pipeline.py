@@ -61,7 +61,12 @@ class StaticStages:
     @property
     def encoded_texts(self) -> list[str]:
         """The corpus sentences the teacher encoded: what the PCA and the distillation read."""
-        return [self.corpus[i] for i in np.flatnonzero(self.encoded)]
+        return encoded_sentences(self.corpus, self.encoded)
+
+
+def encoded_sentences(corpus: list[str], encoded: np.ndarray) -> list[str]:
+    """The sentences of ``corpus`` that the extraction's teacher encoded (``encoded`` flags)."""
+    return [corpus[i] for i in np.flatnonzero(encoded)]
 
 
 def shuffled_corpus(path: str | Path, limit: int | None, seed: int) -> list[str]:
@@ -133,7 +138,7 @@ def distill_static(
     extracted, encoded, extract_s = extract_stage(
         teacher, corpus, recipe, Path(work_dir), progress=progress
     )
-    encoded_texts = [corpus[i] for i in np.flatnonzero(encoded)]
+    encoded_texts = encoded_sentences(corpus, encoded)
     pca, reduced, pca_s = reduce_stage(extracted, encoded_texts, recipe)
     distiller, distill_s = distill_stage(teacher, reduced, encoded_texts, recipe, progress, pca=pca)
     seconds = {"extract": extract_s, "pca": pca_s, "distill": distill_s}
