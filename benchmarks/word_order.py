@@ -19,15 +19,15 @@ import sys
 import time
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 from _common import HERE, RESULTS_MD, log, template
-from demitasse.data import load_sts_suite
+from demitasse.cli.specs import parse_compressor_specs
+from demitasse.data import ScoredPairs, load_sts_suite
 from demitasse.encoders import Encoder
-from demitasse.evaluation import ResultRecord, machine_description, write_records
+from demitasse.evaluation import ResultRecord, evaluate_grid, machine_description, write_records
+from demitasse.evaluation.tasks import STSTask
 from demitasse.loading import load_encoder
-from demitasse.metrics import spearman_x100
 from demitasse.report.tables import markdown_table
 from demitasse.report.templates import fill_section
 
@@ -45,18 +45,25 @@ def shuffled(texts: Sequence[str], seed: int) -> list[str]:
     return out
 
 
-def sts_scores(encoder: Encoder, suite: dict, seed: int | None) -> dict[str, float]:
-    """Spearman ×100 of cosine per set, and their mean as ``avg``; words shuffled unless
-    ``seed`` is None (each side of a pair with its own stream)."""
-    scores = {}
-    for name, pairs in suite.items():
-        left, right = pairs.sentences1, pairs.sentences2
-        if seed is not None:
-            left, right = shuffled(left, seed), shuffled(right, seed + 1000)
-        a, b = encoder.encode(left, batch_size=64), encoder.encode(right, batch_size=64)
-        scores[name] = spearman_x100(np.sum(a * b, axis=1), np.asarray(pairs.scores))
-    scores["avg"] = float(np.mean(list(scores.values())))
-    return scores
+def sts_scores(
+    encoder: Encoder, suite: dict[str, ScoredPairs], seed: int | None
+) -> dict[str, float]:
+    """Spearman ×100 of cosine per set and their mean as ``avg`` (the harness's STS task); words
+    shuffled unless ``seed`` is None (each side of a pair with its own stream)."""
+    if seed is not None:
+        suite = {
+            name: ScoredPairs(
+                pairs.name,
+                shuffled(pairs.sentences1, seed),
+                shuffled(pairs.sentences2, seed + 1000),
+                pairs.scores,
+            )
+            for name, pairs in suite.items()
+        }
+    records = evaluate_grid(
+        encoder, [STSTask(suite)], specs=parse_compressor_specs("none"), dims=[encoder.dim]
+    )
+    return {r.dataset: r.score for r in records if r.metric == "spearman"}
 
 
 def main() -> int:
