@@ -20,8 +20,10 @@ from demitasse.evaluation.ranking_metrics import (
     evaluate_run,
     ndcg_at_k,
     parse_metric,
+    per_query,
     recall_at_k,
     reciprocal_rank_at_k,
+    search_depth,
 )
 from demitasse.evaluation.retrieval import RetrievalTask
 from demitasse.evaluation.tasks import EmbeddedTexts
@@ -163,6 +165,21 @@ def test_metrics_on_a_hand_computed_example() -> None:
     assert means["mrr@10"] == pytest.approx(25.0)
     with pytest.raises(DataError, match="unknown ranking metric"):
         parse_metric("map@10")
+
+
+def test_a_query_does_not_score_by_finding_itself() -> None:
+    # ArguAna and Quora: each query is also a document under its own id. BEIR and MTEB drop
+    # that hit before scoring (ignore_identical_ids); so do we, unless asked not to.
+    qrels = {"q1": {"d1": 1}, "q2": {"d2": 1}}
+    run = {"q1": ["q1", "d1", "q2"], "q2": ["q2", "d2", "q1"]}
+    assert evaluate_run(run, qrels)["mrr@10"] == pytest.approx(100.0)
+    assert per_query(run, qrels, "ndcg@1") == [1.0, 1.0]
+    kept = evaluate_run(run, qrels, ignore_identical_ids=False)
+    assert kept["mrr@10"] == pytest.approx(50.0)
+    assert per_query(run, qrels, "ndcg@1", ignore_identical_ids=False) == [0.0, 0.0]
+    # The search asks for one hit more only where a query id also names a document.
+    assert search_depth(10, ["q1", "q2"], ["q1", "d1"]) == 11
+    assert search_depth(10, ["q1", "q2"], ["d1", "d2"]) == 10
 
 
 def test_metrics_match_pytrec_eval_on_random_runs() -> None:
@@ -315,6 +332,32 @@ def test_task_scores_a_hand_built_configuration() -> None:
     assert all(s.dataset == "Tiny" for s in task.evaluate(embedded))
     with pytest.raises(DataError, match="metric_space"):
         RetrievalTask(data, metric_space="dot")
+
+
+@needs_faiss
+@pytest.mark.parametrize("precision", ["float32", "int8"])
+def test_task_searches_past_a_query_that_is_its_own_document(precision: str) -> None:
+    # ArguAna-like: the query text is a corpus document under the query's id, so every
+    # search finds it first. Its relevant document is the next nearest, and recall@2 must
+    # still see two hits besides the query itself.
+    data = BeirDataset(
+        name="SelfHits",
+        corpus_ids=["q", "good", "also", "far"],
+        corpus_texts=["the query", "good doc", "also good", "far doc"],
+        query_ids=["q"],
+        query_texts=["the query"],
+        qrels={"q": {"good": 1, "also": 1}},
+    )
+    task = RetrievalTask(data, metrics=["ndcg@1", "recall@2"])
+    assert task.depth(data) == 3
+    texts = task.texts()
+    row = {"the query": [1, 0], "good doc": [0.9, 0.3], "also good": [0.7, 0.7], "far doc": [-1, 0]}
+    vectors = np.array([row[t] for t in texts], np.float32)
+    quantizer = make_quantizer(precision).fit(vectors)
+    embedded = EmbeddedTexts(texts, vectors, quantizer, dim=2)
+    scores = {s.metric: s.score for s in task.evaluate(embedded) if s.dataset == "SelfHits"}
+    assert scores["ndcg@1"] == pytest.approx(100.0)
+    assert scores["recall@2"] == pytest.approx(100.0)
 
 
 @needs_faiss

@@ -13,12 +13,18 @@ Means are taken over every query in the qrels (a query missing from the run scor
 judgements are all 0 scores 0, as pytrec_eval reports it and BEIR averages it) and multiplied by
 100, as the BEIR and MTEB tables print them. Ties are the run's business: rankings are used in
 the order given.
+
+A document whose id is the query's own id is dropped from that query's ranking before scoring,
+as BEIR and MTEB do by default (``ignore_identical_ids``): in ArguAna and Quora every query is
+also a document of the corpus under the same id, and finding the query itself says nothing.
+A search for such a data set should therefore return one hit more than the deepest cutoff
+(:func:`search_depth`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from demitasse.errors import DataError
 
@@ -77,18 +83,44 @@ def max_cutoff(metrics: Sequence[str]) -> int:
     return max(parse_metric(m)[1] for m in metrics)
 
 
+def search_depth(cutoff: int, query_ids: Iterable[str], corpus_ids: Iterable[str]) -> int:
+    """Hits a search must return so that ``cutoff`` remain once each query's own id is
+    dropped: one more when some query id also names a document."""
+    shared = not set(corpus_ids).isdisjoint(query_ids)
+    return cutoff + 1 if shared else cutoff
+
+
+def per_query(
+    run: Mapping[str, Ranking],
+    qrels: Mapping[str, Judgements],
+    metric: str,
+    *,
+    ignore_identical_ids: bool = True,
+) -> list[float]:
+    """``metric`` of each query in ``qrels``, in their order, in [0, 1]."""
+    kind, k = parse_metric(metric)
+    score = METRIC_FUNCTIONS[kind]
+    values = []
+    for query_id, judged in qrels.items():
+        ranking = run.get(query_id, ())
+        if ignore_identical_ids:
+            ranking = [doc for doc in ranking if doc != query_id]
+        values.append(score(ranking, judged, k))
+    return values
+
+
 def evaluate_run(
     run: Mapping[str, Ranking],
     qrels: Mapping[str, Judgements],
     metrics: Sequence[str] = DEFAULT_METRICS,
+    *,
+    ignore_identical_ids: bool = True,
 ) -> dict[str, float]:
     """Mean of each metric over the queries in ``qrels``, ×100."""
     if not qrels:
         raise DataError("no judged queries to evaluate")
-    parsed = [(name, *parse_metric(name)) for name in metrics]
-    totals = dict.fromkeys(metrics, 0.0)
-    for query_id, judged in qrels.items():
-        ranking = run.get(query_id, ())
-        for name, kind, k in parsed:
-            totals[name] += METRIC_FUNCTIONS[kind](ranking, judged, k)
-    return {name: 100.0 * total / len(qrels) for name, total in totals.items()}
+    return {
+        name: 100.0 * sum(per_query(run, qrels, name, ignore_identical_ids=ignore_identical_ids))
+        / len(qrels)
+        for name in metrics
+    }

@@ -13,7 +13,12 @@ import numpy as np
 
 from demitasse.data.beir import BeirDataset
 from demitasse.errors import DataError
-from demitasse.evaluation.ranking_metrics import DEFAULT_METRICS, evaluate_run, max_cutoff
+from demitasse.evaluation.ranking_metrics import (
+    DEFAULT_METRICS,
+    evaluate_run,
+    max_cutoff,
+    search_depth,
+)
 from demitasse.evaluation.records import rescoring_extra
 from demitasse.evaluation.tasks import EmbeddedTexts, Score, Task, with_average
 from demitasse.search import (
@@ -80,12 +85,17 @@ class RetrievalTask(Task):
         """The faiss search used for codes of ``precision``."""
         return "hamming" if precision == "binary" else self.metric_space
 
+    def depth(self, dataset: BeirDataset) -> int:
+        """Hits to search for: ``k``, and one more where a query can find itself (its id
+        names a document too, as in ArguAna), since scoring drops that hit as BEIR does."""
+        return search_depth(self.k, dataset.query_ids, dataset.corpus_ids)
+
     def run(self, dataset: BeirDataset, embedded: EmbeddedTexts) -> dict[str, list[str]]:
-        """Ranked document ids (top ``k``) for each of ``dataset``'s queries."""
+        """Ranked document ids (top :meth:`depth`) for each of ``dataset``'s queries."""
         _, rows = exact_search(
             embedded.codes_of(dataset.query_texts),
             embedded.codes_of(dataset.corpus_texts),
-            k=self.k,
+            k=self.depth(dataset),
             metric=self.search_metric(embedded.precision),
             dim=embedded.dim,
         )
@@ -135,7 +145,7 @@ class RetrievalTask(Task):
         else:
             _, rows = index.search(
                 embedded.vectors_of(dataset.query_texts),
-                self.k,
+                self.depth(dataset),
                 rescore_multiplier=multiplier,
                 rescore_queries=rescore_queries,
             )

@@ -26,7 +26,7 @@ from demitasse.arrays import unit_rows
 from demitasse.compress import Quantizer, make_quantizer
 from demitasse.errors import DataError
 from demitasse.evaluation.label_free import neighbourhood_agreement
-from demitasse.evaluation.ranking_metrics import evaluate_run, ndcg_at_k
+from demitasse.evaluation.ranking_metrics import evaluate_run, per_query, search_depth
 from demitasse.metrics import spearman_x100
 from demitasse.search import QuantizedIndex, SearchLatency, measure_search_latency
 from demitasse.tune.data import TuneData
@@ -102,12 +102,14 @@ class SearchSide:
     queries: np.ndarray
     rescore_queries: np.ndarray | None
 
-    def search(self, factor: float | None, queries: slice = slice(None)) -> np.ndarray:
-        """Rows of the top :data:`TOP_K` documents of each query (of ``queries``)."""
+    def search(
+        self, factor: float | None, queries: slice = slice(None), k: int = TOP_K
+    ) -> np.ndarray:
+        """Rows of the top ``k`` documents of each query (of ``queries``)."""
         rescore = None if self.rescore_queries is None else self.rescore_queries[queries]
         _, rows = self.index.search(
             self.queries[queries],
-            TOP_K,
+            k,
             rescore_multiplier=factor if rescore is not None else None,
             rescore_queries=rescore,
         )
@@ -155,12 +157,12 @@ class Scorer:
         dataset = self.data.dataset
         assert dataset is not None
         ids = np.asarray(dataset.corpus_ids, dtype=object)
-        rows = side.search(factor)
+        # A query that is also a document finds itself; scoring drops that hit (as BEIR does),
+        # so such a search asks for one more.
+        rows = side.search(factor, k=search_depth(TOP_K, dataset.query_ids, dataset.corpus_ids))
         run = {q: ids[hits].tolist() for q, hits in zip(dataset.query_ids, rows, strict=True)}
-        per_query = [
-            ndcg_at_k(run.get(q, []), judged, TOP_K) for q, judged in dataset.qrels.items()
-        ]
-        return evaluate_run(run, dataset.qrels, RETRIEVAL_METRICS), 100 * np.asarray(per_query)
+        headline = per_query(run, dataset.qrels, RETRIEVAL_METRICS[0])
+        return evaluate_run(run, dataset.qrels, RETRIEVAL_METRICS), 100 * np.asarray(headline)
 
     def _label_free(self, side: SearchSide, factor: float | None) -> dict[str, float]:
         agreement = neighbourhood_agreement(
