@@ -68,6 +68,32 @@ def test_eval_writes_table_records_and_plot(
     assert png.startswith(b"\x89PNG")
 
 
+def test_eval_takes_sts_sets_as_published_folders_and_files(
+    tiny_model: Path, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Sets outside the suite, in the layouts they are published in: a SemEval folder and a
+    # file in the STS Benchmark layout under another name.
+    semeval = tmp_path / "STS17-en-test"
+    semeval.mkdir()
+    (semeval / "STS.input.track5.en-en.txt").write_text(
+        "A man plays a guitar.\tA man is playing a guitar.\nA cat sleeps.\tStocks fell.\n"
+        "A dog runs.\tA dog is running.\n"
+    )
+    (semeval / "STS.gs.track5.en-en.txt").write_text("4.8\n0.2\n4.6\n")
+    stsb = tmp_path / "mine.txt"
+    stsb.write_text(
+        "main-news\tx\t2020\t1\t5.0\tOne two.\tOne, two.\n"
+        "main-news\tx\t2020\t2\t0.0\tRain.\tA piano.\n"
+        "main-news\tx\t2020\t3\t2.5\tBig red car.\tA red car.\n"
+    )
+    out = tmp_path / "out"
+    argv = ["eval", "--model", str(tiny_model), "--data-dir", str(data_dir), "--out", str(out),
+            "--datasets", f"{semeval},{stsb}"]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    records = json.loads((out / "results.json").read_text())
+    assert {r["dataset"] for r in records} == {"STS17", "mine", "avg"}
+
+
 def test_a_failed_run_leaves_previous_results_intact(
     tiny_model: Path, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

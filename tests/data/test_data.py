@@ -25,6 +25,8 @@ from demitasse.data import (
     load_senteval_sts,
     load_sickr,
     load_sts,
+    load_sts_path,
+    load_sts_set,
     load_sts_suite,
     load_stsb,
     perturb_sentence,
@@ -297,6 +299,47 @@ def test_stsb_extra_columns_and_quotes(tmp_path: Path) -> None:
     with pytest.raises(DataError) as err:
         load_stsb("train", tmp_path)
     one_line_error(err, "sts-train.csv", "line 1", "at least 7")
+
+
+def test_sts_sets_given_as_paths_in_their_published_layouts(tmp_path: Path) -> None:
+    # A SemEval folder that is not in the suite (say STS17), one of its subsets, an STS-B
+    # style file and a SICK style file under names of the user's choosing, and folders.
+    folder = make_sts_dir(tmp_path, 17, {"b": ("x\ty\n", "1\n"), "a": ("s\tt\nu\tv\n", "5\n\n")})
+    whole = load_sts_path(folder)
+    assert whole.name == "STS17"
+    assert (whole.sentences1, list(whole.scores)) == (["s", "x"], [5.0, 1.0])
+    subset = load_sts_set(str(folder / "STS.input.b.txt"))
+    assert (subset.name, subset.sentences2) == ("b", ["y"])
+    stsb = tmp_path / "my-pairs.tsv"
+    stsb.write_text("main-news\tMSRpar\t2012test\t0001\t3.200\tone\ttwo\textra\n")
+    pairs = load_sts_path(stsb)
+    assert (pairs.name, pairs.sentences1, list(pairs.scores)) == ("my-pairs", ["one"], [3.2])
+    sick = tmp_path / "SICK" / "SICK_test_annotated.txt"
+    sick.parent.mkdir()
+    sick.write_text(
+        "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment\n7\ta\tb\t4.5\tX\n"
+    )
+    for source, name in ((sick, "SICK_test_annotated"), (sick.parent, "SICK")):
+        pairs = load_sts_path(source)
+        assert (pairs.name, pairs.sentences1, list(pairs.scores)) == (name, ["a"], [4.5])
+    # A header-named table still reads by its columns; a suite name still means the suite.
+    table = tmp_path / "table.tsv"
+    table.write_text("sentence1\tsentence2\tscore\np\tq\t0.5\n")
+    assert load_sts_path(table).sentences2 == ["q"]
+    with pytest.raises(DataError) as err:
+        load_sts_set("sts17", tmp_path)
+    one_line_error(err, "unknown STS set 'sts17'")
+    with pytest.raises(DataError) as err:
+        load_sts_path(tmp_path / "SICK" / "..")
+    one_line_error(err, "no STS files in this folder", "STS.input.*.txt")
+
+
+def test_the_suite_loads_the_same_from_its_folder(data_dir: Path) -> None:
+    by_name = load_sts("sts16", data_dir)
+    by_path = load_sts_set(str(data_dir / "senteval" / "STS" / "STS16-en-test"))
+    assert by_path.name == by_name.name == "STS16"
+    assert by_path.sentences1 == by_name.sentences1
+    np.testing.assert_array_equal(by_path.scores, by_name.scores)
 
 
 def test_sick_header_error(tmp_path: Path) -> None:

@@ -108,7 +108,9 @@ def _add_eval_parser(commands: Any) -> None:
     evaluate.add_argument(
         "--datasets",
         default="all",
-        help="STS sets: 'all' (STS12-16, STS-B, SICK-R), names like sts12,stsb, or pair files",
+        help="STS sets: 'all' (STS12-16, STS-B, SICK-R), names like sts12,stsb, or files and "
+        "folders: SemEval STS (STS.input/STS.gs), STS-B or SICK layout, or tables with "
+        "sentence1, sentence2, score",
     )
     evaluate.add_argument(
         "--limit",

@@ -71,7 +71,7 @@ def _add_fit_source_options(fit: argparse.ArgumentParser) -> None:
 def _add_fit_supervision_options(fit: argparse.ArgumentParser) -> None:
     supervision = fit.add_argument_group("supervision (learned compressors)")
     supervision.add_argument("--pairs", default=None,
-                             help="scored pairs: sentence1, sentence2, score")  # fmt: skip
+                             help="scored pairs: a table or an STS file")  # fmt: skip
     supervision.add_argument("--beir", default=None, help="BEIR folder (queries + qrels)")
     supervision.add_argument("--split", default="train", help="qrels split of --beir")
     supervision.add_argument("--queries", default=None, help="queries.jsonl (_id, text)")
@@ -194,7 +194,7 @@ def _compressor_spec(method: str, dim: int | None) -> CompressorSpec | None:
 
 
 def _supervision(args: argparse.Namespace) -> dict[str, Any]:
-    from demitasse.data import load_beir, load_retrieval, load_scored_pairs
+    from demitasse.data import load_beir, load_retrieval, load_sts_path
 
     supervision: dict[str, Any] = {}
     retrieval_files = (args.queries, args.corpus, args.qrels)
@@ -205,7 +205,7 @@ def _supervision(args: argparse.Namespace) -> dict[str, Any]:
             "them; name the encoder that made --vectors with --model"
         )
     if args.pairs:
-        pairs = load_scored_pairs(args.pairs)
+        pairs = load_sts_path(args.pairs)
         supervision.update(pairs=(pairs.sentences1, pairs.sentences2), scores=pairs.scores)
     if args.beir and any(retrieval_files):
         raise DemitasseError("give --beir or --queries/--corpus/--qrels, not both")

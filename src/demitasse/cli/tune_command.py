@@ -39,7 +39,7 @@ def add_tune_parser(commands: Any) -> None:  # argparse's subparsers action
     )
     data.add_argument("--queries", default=None, help="queries: .jsonl, .tsv, .csv, .parquet, .txt")
     data.add_argument("--qrels", default=None, help="judgements: .tsv (query, doc, score)")
-    data.add_argument("--pairs", default=None, help="scored pairs: sentence1, sentence2, score")
+    data.add_argument("--pairs", default=None, help="scored pairs: a table or an STS file")
     target = tune.add_argument_group("what you need (a target and/or limits)")
     target.add_argument(
         "--min-retention",

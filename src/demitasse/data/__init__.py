@@ -46,6 +46,8 @@ from demitasse.data.sts import (
     load_senteval_sts,
     load_sickr,
     load_sts,
+    load_sts_path,
+    load_sts_set,
     load_sts_suite,
     load_stsb,
 )
@@ -92,6 +94,8 @@ __all__ = [
     "load_sst",
     "load_sst2",
     "load_sts",
+    "load_sts_path",
+    "load_sts_set",
     "load_sts_suite",
     "load_stsb",
     "load_trec",

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from demitasse.data._text import read_lines
+from demitasse.data._tables import file_stem, table_kind
+from demitasse.data._text import open_text, read_lines, require_file
+from demitasse.data.files import load_scored_pairs
 from demitasse.data.pairs import ScoredPairs, concat_pairs
 from demitasse.data.paths import resolve_data_dir
 from demitasse.errors import DataError
@@ -36,6 +38,7 @@ _SICK_SPLITS = {
     "validation": "trial",
     "test": "test",
 }
+_SICK_COLUMNS = ("sentence_A", "sentence_B", "relatedness_score")
 _SICK_FILES = {
     "train": "SICK_train.txt",
     "trial": "SICK_trial.txt",
@@ -129,13 +132,18 @@ def load_stsb(split: str = "test", data_dir: str | Path | None = None) -> Scored
     path = _senteval_root(resolve_data_dir(data_dir)) / "STS" / "STSBenchmark" / f"sts-{split}.csv"
     if not path.is_file():
         raise DataError(f"no STS-B file {path}; {_HINT}")
+    return read_stsb_file(path, split_name("STS-B", split))
+
+
+def read_stsb_file(path: Path, name: str) -> ScoredPairs:
+    """Pairs of a file in the STS Benchmark layout: no header, TAB-separated columns genre,
+    file, year, id, score, sentence 1, sentence 2 (and sometimes source columns after them)."""
     s1: list[str] = []
     s2: list[str] = []
     scores: list[float] = []
     for lineno, line in enumerate(read_lines(path), start=1):
         if not line.strip():
             continue
-        # genre, file, year, id, score, sent1, sent2[, source columns we do not need]
         fields = line.split("\t")
         if len(fields) < 7:
             raise DataError(
@@ -147,7 +155,7 @@ def load_stsb(split: str = "test", data_dir: str | Path | None = None) -> Scored
         s2.append(fields[6])
     if not scores:
         raise DataError(f"{path}: no sentence pairs")
-    return ScoredPairs(split_name("STS-B", split), s1, s2, np.asarray(scores))
+    return ScoredPairs(name, s1, s2, np.asarray(scores))
 
 
 def load_sickr(split: str = "test", data_dir: str | Path | None = None) -> ScoredPairs:
@@ -156,13 +164,18 @@ def load_sickr(split: str = "test", data_dir: str | Path | None = None) -> Score
     path = _senteval_root(resolve_data_dir(data_dir)) / "SICK" / _SICK_FILES[split]
     if not path.is_file():
         raise DataError(f"no SICK-R file {path}; {_HINT}")
+    return read_sick_file(path, split_name("SICK-R", split))
+
+
+def read_sick_file(path: Path, name: str) -> ScoredPairs:
+    """Pairs of a file in the SICK layout: TAB-separated with a header naming
+    ``sentence_A``, ``sentence_B`` and ``relatedness_score`` among other columns."""
     lines = read_lines(path)
     header = lines[0].split("\t") if lines else []
-    wanted = ("sentence_A", "sentence_B", "relatedness_score")
-    missing = [c for c in wanted if c not in header]
+    missing = [c for c in _SICK_COLUMNS if c not in header]
     if missing:
         raise DataError(f"{path}: header lacks {', '.join(missing)}")
-    ia, ib, iscore = (header.index(c) for c in wanted)
+    ia, ib, iscore = (header.index(c) for c in _SICK_COLUMNS)
     width = max(ia, ib, iscore) + 1
     s1: list[str] = []
     s2: list[str] = []
@@ -181,7 +194,7 @@ def load_sickr(split: str = "test", data_dir: str | Path | None = None) -> Score
         s2.append(fields[ib])
     if not scores:
         raise DataError(f"{path}: no sentence pairs")
-    return ScoredPairs(split_name("SICK-R", split), s1, s2, np.asarray(scores))
+    return ScoredPairs(name, s1, s2, np.asarray(scores))
 
 
 def load_sts(name: str, data_dir: str | Path | None = None, split: str = "test") -> ScoredPairs:
@@ -193,6 +206,84 @@ def load_sts(name: str, data_dir: str | Path | None = None, split: str = "test")
         return load_sickr(split, data_dir)
     normalize_split(canonical, split)
     return load_senteval_sts(int(canonical[3:]), data_dir)
+
+
+def load_sts_set(item: str, data_dir: str | Path | None = None) -> ScoredPairs:
+    """A suite member's test split by name (:func:`load_sts`), or the pairs of a file or folder
+    (:func:`load_sts_path`): anything with a file suffix or a path separator, or that exists."""
+    if Path(item).suffix or "/" in item or Path(item).expanduser().exists():
+        return load_sts_path(item)
+    return load_sts(item, data_dir)
+
+
+def load_sts_path(path: str | Path) -> ScoredPairs:
+    """Scored pairs from a file or folder in a published STS layout, or from a pairs table.
+
+    * a folder of SemEval STS files (SentEval's layout: ``STS.input.<subset>.txt`` beside
+      ``STS.gs.<subset>.txt``): the subsets concatenated in name order, named after the
+      folder without ``-en-test`` (``STS17-en-test`` → ``STS17``); a folder holding
+      ``sts-test.csv`` (STS Benchmark) or ``SICK_test_annotated.txt``: that test file, named
+      after the folder;
+    * one ``STS.input.<subset>.txt``: that subset;
+    * a file in the STS Benchmark layout (no header; genre, file, year, id, score, sentence 1,
+      sentence 2, TAB-separated) or the SICK layout (a TAB header naming ``sentence_A``,
+      ``sentence_B`` and ``relatedness_score``), whatever its suffix;
+    * any other .csv / .tsv / .jsonl / .parquet table with columns sentence1, sentence2, score.
+    """
+    path = Path(path).expanduser()
+    if path.is_dir():
+        return _load_sts_folder(path)
+    require_file(path)
+    if path.name.startswith("STS.input."):
+        subset = path.name.removeprefix("STS.input.").removesuffix(".txt")
+        return _read_senteval_subset(subset, path)
+    layout = _text_layout(path)
+    if layout == "sick":
+        return read_sick_file(path, file_stem(path))
+    if layout == "stsb":
+        return read_stsb_file(path, file_stem(path))
+    return load_scored_pairs(path)
+
+
+def _load_sts_folder(folder: Path) -> ScoredPairs:
+    inputs = sorted(folder.glob("STS.input.*.txt"))
+    if inputs:
+        name = folder.name.removesuffix("-en-test")
+        return concat_pairs(name, [_read_senteval_subset(name, p) for p in inputs])
+    if (folder / "sts-test.csv").is_file():
+        return read_stsb_file(folder / "sts-test.csv", folder.name)
+    if (folder / _SICK_FILES["test"]).is_file():
+        return read_sick_file(folder / _SICK_FILES["test"], folder.name)
+    raise DataError(
+        f"{folder}: no STS files in this folder (expected STS.input.*.txt with STS.gs.*.txt, "
+        f"sts-test.csv or {_SICK_FILES['test']})"
+    )
+
+
+def _text_layout(path: Path) -> str:
+    """``"sick"``, ``"stsb"`` or ``"table"`` (header-named columns), from the first line of a
+    plain text file; JSON Lines, Parquet and gzipped files are tables."""
+    if path.name.endswith(".gz") or table_kind(path) in ("jsonl", "parquet"):
+        return "table"
+    try:
+        with open_text(path) as handle:
+            first = handle.readline().rstrip("\r\n")
+    except UnicodeDecodeError:
+        return "table"  # the table reader names the line that is not UTF-8
+    fields = first.split("\t")
+    if all(column in fields for column in _SICK_COLUMNS):
+        return "sick"
+    if len(fields) >= 7 and _is_number(fields[4]):
+        return "stsb"
+    return "table"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def load_sts_suite(

@@ -119,8 +119,8 @@ def evaluate_run(
     """Mean of each metric over the queries in ``qrels``, ×100."""
     if not qrels:
         raise DataError("no judged queries to evaluate")
-    return {
-        name: 100.0 * sum(per_query(run, qrels, name, ignore_identical_ids=ignore_identical_ids))
-        / len(qrels)
-        for name in metrics
-    }
+    means = {}
+    for name in metrics:
+        values = per_query(run, qrels, name, ignore_identical_ids=ignore_identical_ids)
+        means[name] = 100.0 * sum(values) / len(qrels)
+    return means

@@ -44,7 +44,7 @@ def build_tasks(
     ``rescoring`` variants. Retrieval and efficiency search always use the whole corpus: a
     smaller corpus would change what the figures mean.
     """
-    from demitasse.data import STS_SUITE, load_scored_pairs, load_sts, resolve_data_dir
+    from demitasse.data import STS_SUITE, load_sts_set, resolve_data_dir
 
     # Retrieval on given sets is the one task that reads nothing from the data folder.
     root = Path() if retrieval and set(names) == {"retrieval"} else resolve_data_dir(data_dir)
@@ -55,7 +55,7 @@ def build_tasks(
             suite = {}
             source: dict[str, str] = {}
             for item in (w.strip() for w in wanted if w.strip()):
-                pairs = load_scored_pairs(item) if Path(item).suffix else load_sts(item, root)
+                pairs = load_sts_set(item, root)
                 if pairs.name in suite:
                     raise DataError(
                         f"two STS data sets are both named {pairs.name!r} ({source[pairs.name]} "

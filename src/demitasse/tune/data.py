@@ -23,7 +23,7 @@ from demitasse.data import (
     ScoredPairs,
     load_beir,
     load_retrieval,
-    load_scored_pairs,
+    load_sts_path,
     read_documents,
 )
 from demitasse.errors import DataError
@@ -103,7 +103,7 @@ def load_tune_data(
         assert corpus is not None and queries is not None
         return _retrieval(load_retrieval(corpus, queries, qrels, name=_stem(corpus)))
     if pairs is not None:
-        scored = load_scored_pairs(pairs)
+        scored = load_sts_path(pairs)
         fit_texts = scored.texts() if corpus is None else _documents(corpus)
         return TuneData("pairs", scored.name, list(dict.fromkeys(fit_texts)), [], pairs=scored)
     assert corpus is not None
