@@ -327,8 +327,10 @@ def test_sts_sets_given_as_paths_in_their_published_layouts(tmp_path: Path) -> N
     table.write_text("sentence1\tsentence2\tscore\np\tq\t0.5\n")
     assert load_sts_path(table).sentences2 == ["q"]
     with pytest.raises(DataError) as err:
-        load_sts_set("sts17", tmp_path)
-    one_line_error(err, "unknown STS set 'sts17'")
+        load_sts_set("sts18", tmp_path)
+    one_line_error(err, "unknown STS set 'sts18'")
+    # A SemEval folder in the data folder answers to its name, as the suite's do.
+    assert load_sts_set("sts17", tmp_path).sentences1 == whole.sentences1
     with pytest.raises(DataError) as err:
         load_sts_path(tmp_path / "SICK" / "..")
     one_line_error(err, "no STS files in this folder", "STS.input.*.txt")

@@ -309,4 +309,8 @@ def test_a_folder_of_beir_folders_names_them(tmp_path: Path) -> None:
     for forum in ("android", "gis"):
         _published_folder(tmp_path / "cqadupstack" / forum)
     message = _one_line_error(load_beir, tmp_path / "cqadupstack")
-    assert "sub-folders android, gis are BEIR folders: pass those" in message
+    assert "sub-folders android, gis are BEIR folders: pass one of those" in message
+    # eval's list of folders takes the parent and scores each forum, as BEIR averages them.
+    datasets = load_beir_folders([tmp_path / "cqadupstack"], "test")
+    assert [d.name for d in datasets] == ["CQADupstack/android", "CQADupstack/gis"]
+    assert all(d.qrels for d in datasets)

@@ -166,7 +166,7 @@ def _corpus_path(folder: Path) -> Path:
     if nested:  # CQADupStack ships one BEIR folder per forum
         raise DataError(
             f"{folder}: no corpus.jsonl here, but its sub-folders {', '.join(nested[:12])} are "
-            "BEIR folders: pass those"
+            "BEIR folders: pass one of those (eval's --beir takes the folder and scores each)"
         )
     raise DataError(f"{folder}: no corpus.jsonl or corpus.jsonl.gz (is this a BEIR folder?)")
 
@@ -235,15 +235,21 @@ def load_beir(
 def load_beir_folders(
     folders: Sequence[str | Path], split: str = "test", *, unknown_ids: str = "auto"
 ) -> list[BeirDataset]:
-    """One data set per BEIR folder (see :func:`load_beir`); their names must differ."""
+    """One data set per BEIR folder (see :func:`load_beir`); their names must differ.
+
+    A folder without a corpus whose sub-folders are BEIR folders (CQADupStack ships one per
+    forum) stands for all of them, each named ``"<folder>/<sub-folder>"``: BEIR reports
+    CQADupStack as the average over its forums, which the retrieval task's ``avg`` row is
+    when the folder is the only one given.
+    """
     if isinstance(folders, str | Path):
         folders = [folders]
     if not folders:
         raise DataError("no BEIR folders given")
     datasets: list[BeirDataset] = []
     origin: dict[str, Path] = {}
-    for folder in folders:
-        dataset = load_beir(folder, split, unknown_ids=unknown_ids)
+    for folder, name in (part for f in folders for part in _beir_parts(Path(f).expanduser())):
+        dataset = load_beir(folder, split, name, unknown_ids=unknown_ids)
         if dataset.name in origin:
             raise DataError(
                 f"{folder}: a second data set named {dataset.name!r} (the first is "
@@ -252,6 +258,17 @@ def load_beir_folders(
         origin[dataset.name] = Path(folder)
         datasets.append(dataset)
     return datasets
+
+
+def _beir_parts(folder: Path) -> list[tuple[Path, str | None]]:
+    """``folder`` itself, or the BEIR folders inside it when it holds no corpus."""
+    if not folder.is_dir() or _find(folder, "corpus.jsonl") is not None:
+        return [(folder, None)]
+    nested = sorted(p for p in folder.iterdir() if p.is_dir() and _find(p, "corpus.jsonl"))
+    if not nested:
+        return [(folder, None)]  # load_beir says what is missing
+    logger.info("%s: %d BEIR folders inside, each scored", folder, len(nested))
+    return [(p, f"{beir_name(folder)}/{p.name}") for p in nested]
 
 
 def load_retrieval(

@@ -48,7 +48,7 @@ _SICK_FILES = {
 
 def canonical_sts_name(name: str) -> str:
     """``"sts12"``, ``"stsb"``, ``"SICK-R"`` … → the suite spelling (``"STS12"``, ``"STS-B"``)."""
-    key = "".join(ch for ch in name.lower() if ch.isalnum())
+    key = _alnum(name)
     if key not in _ALIASES:
         raise DataError(f"unknown STS set {name!r}: choose from {', '.join(STS_SUITE)}")
     return _ALIASES[key]
@@ -209,11 +209,36 @@ def load_sts(name: str, data_dir: str | Path | None = None, split: str = "test")
 
 
 def load_sts_set(item: str, data_dir: str | Path | None = None) -> ScoredPairs:
-    """A suite member's test split by name (:func:`load_sts`), or the pairs of a file or folder
-    (:func:`load_sts_path`): anything with a file suffix or a path separator, or that exists."""
+    """A suite member's test split by name (:func:`load_sts`), a SemEval folder of the data
+    folder by name (``sts17``: ``senteval/STS/STS17-en-test``), or the pairs of a file or
+    folder (:func:`load_sts_path`): anything with a file suffix or a path separator, or that
+    exists."""
     if Path(item).suffix or "/" in item or Path(item).expanduser().exists():
         return load_sts_path(item)
-    return load_sts(item, data_dir)
+    try:
+        canonical = canonical_sts_name(item)
+    except DataError:
+        # Not a suite member: a SemEval folder of that name in the data folder, if there is
+        # one (``sts17`` → ``senteval/STS/STS17-en-test``).
+        folder = _semeval_folder(item, data_dir)
+        if folder is None:
+            raise
+        return load_sts_path(folder)
+    return load_sts(canonical, data_dir)
+
+
+def _semeval_folder(name: str, data_dir: str | Path | None) -> Path | None:
+    root = _senteval_root(resolve_data_dir(data_dir)) / "STS"
+    key = _alnum(name)
+    folders = sorted(root.iterdir()) if root.is_dir() else []
+    return next(
+        (f for f in folders if f.is_dir() and _alnum(f.name.removesuffix("-en-test")) == key),
+        None,
+    )
+
+
+def _alnum(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
 
 
 def load_sts_path(path: str | Path) -> ScoredPairs:
