@@ -17,10 +17,12 @@ sets, as learned_compressors.py judges it.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,6 +30,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from _common import HERE, RESULTS_MD, log, log_progress, template
 from demitasse.data import resolve_data_dir
+from demitasse.encoders.resolve import cache_root
 from demitasse.evaluation import ResultRecord, machine_description, write_records
 from demitasse.experiments import (
     Embedded,
@@ -89,6 +92,37 @@ class StepLog(logging.Handler):
         self.runs[-1], self._last = step, step
 
 
+class Fits:
+    """Each finished fit's FLOPs, seconds, steps and STS records, kept in a JSON file (written
+    atomically after every fit), so that an interrupted run resumes after its last fit."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        saved = json.loads(path.read_text()) if path.is_file() else {}
+        self.fits = {
+            method: (
+                fit["flops"],
+                fit["seconds"],
+                fit["steps"],
+                [ResultRecord.from_dict(r) for r in fit["quality"]],
+            )
+            for method, fit in saved.items()
+        }
+
+    def add(
+        self, method: str, flops: float, seconds: float, steps: list[int], quality: list[Any]
+    ) -> None:
+        self.fits[method] = (flops, seconds, steps, quality)
+        saved = {
+            name: {"flops": f, "seconds": s, "steps": n, "quality": [r.to_dict() for r in q]}
+            for name, (f, s, n, q) in self.fits.items()
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_suffix(".partial")
+        partial.write_text(json.dumps(saved))
+        partial.replace(self.path)
+
+
 def counted_fit(method: str, setting: FitSetting, seed: int) -> tuple[Any, float, float, list[int]]:
     """The fitted compressor, its matrix-product FLOPs, wall seconds and steps per run."""
     compressor = make_fit(FitJob("unsupervised", method, seed), setting, WIDEST)
@@ -132,19 +166,26 @@ def main() -> int:
         encoder, unlabeled, encoder.encode(unlabeled), seed=args.seed, epochs=args.max_epochs,
         related_weight=GRID.settings.unsupervised.related_weight, judged=judged[:1],
     )  # fmt: skip
-    fits = []
+    work = f"{NAME}-{encoder.name}-{args.n_unlabeled}-{args.max_epochs}-seed{args.seed}.json"
+    done = Fits(cache_root() / "benchmarks" / work)
     for method in args.methods.split(","):
+        if method in done.fits:
+            log(f"{method}: fitted in an earlier run, kept")
+            continue
         log(f"fitting {method} under the FLOP counter")
-        fits.append((method, *counted_fit(method, setting, args.seed)))
+        fitted, flops, seconds, steps = counted_fit(method, setting, args.seed)
+        quality = judge(fitted, embedded, judged[:1], method=method, fit_data=setting.fit_data,
+                        extra={"setting": "unsupervised", "seed": args.seed,
+                               "threads": args.threads})  # fmt: skip
+        done.add(method, flops, seconds, steps, quality)
     # Measured again after the fits, and the best of both kept: the floor must not be low.
     rates = {shape: max(rate, rates[shape]) for shape, rate in matmul_rates().items()}
     peak = max(rates.values())
     records, rows = [], []
-    for method, fitted, flops, seconds, steps in fits:
+    for method in args.methods.split(","):
+        flops, seconds, steps, quality = done.fits[method]
         extra = {"setting": "unsupervised", "seed": args.seed, "threads": args.threads,
                  "steps_per_run": steps, "peak_gflops": round(peak, 1)}  # fmt: skip
-        quality = judge(fitted, embedded, judged[:1], method=method, fit_data=setting.fit_data,
-                        extra=extra)  # fmt: skip
         sts = {r.dim: r.score for r in quality if r.dataset == "avg"}
         floor = flops / (peak * 1e9)
         arithmetic = {"tflop": flops / 1e12, "fit_seconds": seconds, "floor_seconds": floor,
