@@ -17,7 +17,6 @@ sets, as learned_compressors.py judges it.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -32,6 +31,7 @@ from _common import HERE, RESULTS_MD, log, log_progress, template
 from demitasse.data import resolve_data_dir
 from demitasse.encoders.resolve import cache_root
 from demitasse.evaluation import ResultRecord, machine_description, write_records
+from demitasse.evaluation.efficiency import best_of
 from demitasse.experiments import (
     Embedded,
     FitJob,
@@ -42,6 +42,7 @@ from demitasse.experiments import (
     sts_and_scifact,
     unsupervised_setting,
 )
+from demitasse.io import atomic_write_json, read_json
 from demitasse.loading import load_encoder
 from demitasse.report.tables import markdown_table
 from demitasse.report.templates import fill_section
@@ -61,16 +62,9 @@ def matmul_rates(repeats: int = 10) -> dict[str, float]:
     rates = {}
     for rows, inner, outputs in SHAPES:
         a, b = torch.randn(rows, inner), torch.randn(inner, outputs)
-        torch.mm(a, b)
-        best = min(_timed(lambda a=a, b=b: torch.mm(a, b)) for _ in range(repeats))
+        best = best_of(lambda a=a, b=b: torch.mm(a, b), repeats=repeats)
         rates[f"{rows}x{inner}x{outputs}"] = 2 * rows * inner * outputs / best / 1e9
     return rates
-
-
-def _timed(work: Any) -> float:
-    started = time.perf_counter()
-    work()
-    return time.perf_counter() - started
 
 
 class StepLog(logging.Handler):
@@ -98,7 +92,7 @@ class Fits:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        saved = json.loads(path.read_text()) if path.is_file() else {}
+        saved = read_json(path) if path.is_file() else {}
         self.fits = {
             method: (
                 fit["flops"],
@@ -118,9 +112,7 @@ class Fits:
             for name, (f, s, n, q) in self.fits.items()
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self.path.with_suffix(".partial")
-        partial.write_text(json.dumps(saved))
-        partial.replace(self.path)
+        atomic_write_json(self.path, saved)
 
 
 def counted_fit(method: str, setting: FitSetting, seed: int) -> tuple[Any, float, float, list[int]]:
@@ -168,6 +160,7 @@ def main() -> int:
     )  # fmt: skip
     work = f"{NAME}-{encoder.name}-{args.n_unlabeled}-{args.max_epochs}-seed{args.seed}.json"
     done = Fits(cache_root() / "benchmarks" / work)
+    base = {"setting": "unsupervised", "seed": args.seed, "threads": args.threads}
     for method in args.methods.split(","):
         if method in done.fits:
             log(f"{method}: fitted in an earlier run, kept")
@@ -175,8 +168,7 @@ def main() -> int:
         log(f"fitting {method} under the FLOP counter")
         fitted, flops, seconds, steps = counted_fit(method, setting, args.seed)
         quality = judge(fitted, embedded, judged[:1], method=method, fit_data=setting.fit_data,
-                        extra={"setting": "unsupervised", "seed": args.seed,
-                               "threads": args.threads})  # fmt: skip
+                        extra=base)  # fmt: skip
         done.add(method, flops, seconds, steps, quality)
     # Measured again after the fits, and the best of both kept: the floor must not be low.
     rates = {shape: max(rate, rates[shape]) for shape, rate in matmul_rates().items()}
@@ -184,8 +176,7 @@ def main() -> int:
     records, rows = [], []
     for method in args.methods.split(","):
         flops, seconds, steps, quality = done.fits[method]
-        extra = {"setting": "unsupervised", "seed": args.seed, "threads": args.threads,
-                 "steps_per_run": steps, "peak_gflops": round(peak, 1)}  # fmt: skip
+        extra = {**base, "steps_per_run": steps, "peak_gflops": round(peak, 1)}
         sts = {r.dim: r.score for r in quality if r.dataset == "avg"}
         floor = flops / (peak * 1e9)
         arithmetic = {"tflop": flops / 1e12, "fit_seconds": seconds, "floor_seconds": floor,
