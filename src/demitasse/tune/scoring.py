@@ -133,6 +133,12 @@ class Scorer:
     def __init__(self, data: TuneData, reference: LayerVectors) -> None:
         self.data = data
         self.reference = reference
+        # A query that is also a document finds itself; scoring drops that hit (as BEIR
+        # does), so such a search asks for one more. Known once for every configuration.
+        dataset = data.dataset
+        self.depth = (
+            TOP_K if dataset is None else search_depth(TOP_K, dataset.query_ids, dataset.corpus_ids)
+        )
 
     def quality(self, side: SearchSide | PairSide, factor: float | None) -> dict[str, float]:
         """Every metric of the data's kind, ×100 (the headline one first)."""
@@ -157,9 +163,7 @@ class Scorer:
         dataset = self.data.dataset
         assert dataset is not None
         ids = np.asarray(dataset.corpus_ids, dtype=object)
-        # A query that is also a document finds itself; scoring drops that hit (as BEIR does),
-        # so such a search asks for one more.
-        rows = side.search(factor, k=search_depth(TOP_K, dataset.query_ids, dataset.corpus_ids))
+        rows = side.search(factor, k=self.depth)
         run = {q: ids[hits].tolist() for q, hits in zip(dataset.query_ids, rows, strict=True)}
         headline = per_query(run, dataset.qrels, RETRIEVAL_METRICS[0])
         return evaluate_run(run, dataset.qrels, RETRIEVAL_METRICS), 100 * np.asarray(headline)
