@@ -73,6 +73,11 @@ class RetrievalTask(Task):
         self.metric_space = metric_space
         self.metrics = list(metrics)
         self.k = max_cutoff(self.metrics)
+        # Known once per data set (held here, so its id stays its own): every configuration
+        # evaluated searches it.
+        self._depths = {
+            id(d): search_depth(self.k, d.query_ids, d.corpus_ids) for d in self.datasets
+        }
         self.rescoring = [r if isinstance(r, Rescoring) else Rescoring(r) for r in rescoring]
         self.latency = bool(latency)
         self.latency_repeats = check_k(latency_repeats)
@@ -88,7 +93,10 @@ class RetrievalTask(Task):
     def depth(self, dataset: BeirDataset) -> int:
         """Hits to search for: ``k``, and one more where a query can find itself (its id
         names a document too, as in ArguAna), since scoring drops that hit as BEIR does."""
-        return search_depth(self.k, dataset.query_ids, dataset.corpus_ids)
+        depth = self._depths.get(id(dataset))
+        return (
+            search_depth(self.k, dataset.query_ids, dataset.corpus_ids) if depth is None else depth
+        )
 
     def run(self, dataset: BeirDataset, embedded: EmbeddedTexts) -> dict[str, list[str]]:
         """Ranked document ids (top :meth:`depth`) for each of ``dataset``'s queries."""
