@@ -292,7 +292,7 @@ def test_params_are_validated():
 
 def test_registry_and_params():
     assert {"truncate", "pca", "random"} <= set(compressor_names())
-    assert quantizer_names() == ["binary", "float32", "int8"]
+    assert quantizer_names() == ["binary", "float32", "int8", "pq", "rq"]
     with pytest.raises(CompressorError, match=r"known: .*pca") as exc:
         make_compressor("svd")
     assert_one_line(exc)

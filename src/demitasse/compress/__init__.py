@@ -17,6 +17,11 @@ from demitasse.compress.base import (
     make_compressor,
     register_compressor,
 )
+from demitasse.compress.codebooks import (
+    CodebookQuantizer,
+    ProductQuantizer,
+    ResidualQuantizer,
+)
 from demitasse.compress.learned import LearnedCompressor
 from demitasse.compress.manifold import LLE, Isomap
 from demitasse.compress.mcr2 import MCR2
@@ -27,16 +32,26 @@ from demitasse.compress.quantize import (
     Float32Quantizer,
     Int8Quantizer,
     Quantizer,
+    is_precision,
     load_quantizer,
     make_quantizer,
+    precision_help,
     quantizer_names,
     register_quantizer,
+    resolve_precision,
 )
 from demitasse.compress.random_projection import RandomProjection
 from demitasse.compress.sampling import Reservoir
 from demitasse.compress.smec import SMEC, EmbeddingMemory
 from demitasse.compress.statistics import VectorStatistics
 from demitasse.compress.truncate import Truncate
+from demitasse.compress.vocabulary import (
+    check_precision,
+    compressor_choices,
+    precision_sort_key,
+    resolve_compressor,
+    sort_precisions,
+)
 
 __all__ = [
     "LLE",
@@ -44,6 +59,7 @@ __all__ = [
     "PCA",
     "SMEC",
     "BinaryQuantizer",
+    "CodebookQuantizer",
     "Compressor",
     "EmbeddingMemory",
     "Float32Quantizer",
@@ -52,17 +68,27 @@ __all__ = [
     "LearnedCompressor",
     "MatryoshkaAdaptor",
     "Pooler",
+    "ProductQuantizer",
     "Quantizer",
     "RandomProjection",
     "Reservoir",
+    "ResidualQuantizer",
     "Truncate",
     "VectorStatistics",
+    "check_precision",
+    "compressor_choices",
     "compressor_names",
+    "is_precision",
     "load_compressor",
     "load_quantizer",
     "make_compressor",
     "make_quantizer",
+    "precision_help",
+    "precision_sort_key",
     "quantizer_names",
     "register_compressor",
     "register_quantizer",
+    "resolve_compressor",
+    "resolve_precision",
+    "sort_precisions",
 ]

@@ -9,6 +9,7 @@ fitted on its full-width output; because compressors are Matryoshka (outputs are
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
@@ -37,17 +38,64 @@ from demitasse.persistence import (
 )
 from demitasse.registry import Registry
 
-_REGISTRY: Registry[type[Quantizer]] = Registry("precision", "precision")
+_REGISTRY: Registry[type[Quantizer]] = Registry("precision", "family")
 register_quantizer = _REGISTRY.register
 quantizer_names = _REGISTRY.names
+
+# A sized code's precision is its family and its size: "pq16" is 16-byte product codes.
+_SIZED_PRECISION = re.compile(r"([a-z]+)([0-9]+)")
 
 # Number of set bits in each byte value: Hamming distance on packed codes is a table lookup.
 _POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
 
 
+def resolve_precision(precision: Any) -> tuple[type[Quantizer], dict[str, int]]:
+    """The quantiser class a precision name denotes, and the size its name sets: ``"int8"``
+    → (Int8Quantizer, {}), ``"pq16"`` → (ProductQuantizer, {"code_bytes": 16})."""
+    if not isinstance(precision, str):
+        raise CompressorError(f"a precision is a name such as 'int8', not {precision!r}")
+    if precision in _REGISTRY.names():
+        cls = _REGISTRY.lookup(precision)
+        if cls.size_param is None:
+            return cls, {}
+    sized = _SIZED_PRECISION.fullmatch(precision)
+    # A size beyond 9 digits is no code anyone means (and int() refuses thousands of them).
+    if sized is not None and sized.group(1) in _REGISTRY.names() and len(sized.group(2)) < 10:
+        cls = _REGISTRY.lookup(sized.group(1))
+        if cls.size_param is not None:
+            return cls, {cls.size_param: int(sized.group(2))}
+    shown = precision if len(precision) <= 40 else precision[:40] + "…"
+    raise CompressorError(f"unknown precision {shown!r}; known: {precision_help()}")
+
+
+def precision_help() -> str:
+    """The precisions, as a user types them: ``float32, int8, binary, pq<bytes>, …``."""
+    names = []
+    for family in _REGISTRY.names():
+        cls = _REGISTRY.lookup(family)
+        names.append(family if cls.size_param is None else f"{family}<{cls.size_unit}>")
+    return ", ".join(names)
+
+
+def is_precision(precision: Any) -> bool:
+    """Whether ``precision`` names a quantiser (without checking its size's range)."""
+    try:
+        resolve_precision(precision)
+    except CompressorError:
+        return False
+    return True
+
+
 def make_quantizer(precision: str, **params: Any) -> Quantizer:
-    """Build an unfitted quantizer: ``"float32"``, ``"int8"`` or ``"binary"``."""
-    return _REGISTRY.lookup(precision)._construct(params)
+    """Build an unfitted quantizer: ``"float32"``, ``"int8"``, ``"binary"``, or a sized code
+    such as ``"pq16"`` (see :func:`precision_help`)."""
+    cls, size = resolve_precision(precision)
+    clash = sorted(set(size) & set(params))
+    if clash:
+        raise CompressorError(
+            f"precision {precision!r} sets {clash[0]} already; do not pass it as a parameter"
+        )
+    return cls._construct(size | params)
 
 
 def load_quantizer(path: str | Path) -> Quantizer:
@@ -56,9 +104,20 @@ def load_quantizer(path: str | Path) -> Quantizer:
 
 
 class Quantizer(Params):
-    """Base class: codes of dtype ``code_dtype``, paired similarity on codes."""
+    """Base class: codes of dtype ``code_dtype``, paired similarity on codes.
 
-    precision: ClassVar[str]
+    ``family`` is the registry name. A plain family is its own precision (``"int8"``); a
+    sized family (``size_param`` set, e.g. product codes) is named with its size
+    (``"pq16"``), given by the parameter ``size_param``.
+    """
+
+    family: ClassVar[str]
+    #: The parameter a sized family's precision name carries, and its unit for messages.
+    size_param: ClassVar[str | None] = None
+    size_unit: ClassVar[str] = ""
+    #: Whether a search scores the float query against the documents' codes (asymmetric, as
+    #: PQ's ADC) instead of coding the query too. Such quantisers implement ``score``.
+    asymmetric: ClassVar[bool] = False
     version: ClassVar[int] = 1
     code_dtype: ClassVar[np.dtype] = np.dtype(np.float32)
     #: Names of JSON-scalar learned attributes saved in config.json under "learned".
@@ -66,6 +125,13 @@ class Quantizer(Params):
 
     def __init__(self) -> None:
         pass
+
+    @property
+    def precision(self) -> str:
+        """The name this quantiser's codes go by: its family, with its size if it has one."""
+        if self.size_param is None:
+            return self.family
+        return f"{self.family}{getattr(self, self.size_param)}"
 
     # ---- hooks -------------------------------------------------------------------------------
 
@@ -240,9 +306,9 @@ class Quantizer(Params):
         if config.get("kind") != "quantizer":
             raise CompressorError(f"{path} holds a saved {config.get('kind')}, not a quantizer")
         precision = require(config, "precision", "str", path)
-        target = _REGISTRY.lookup(precision)
+        target, _ = resolve_precision(precision)
         if cls is not Quantizer and not issubclass(target, cls):
-            raise CompressorError(f"{path} holds a {precision} quantizer, not {cls.precision}")
+            raise CompressorError(f"{path} holds a {precision} quantizer, not {cls.family}")
         check_version(require(config, "version", "int", path), target.version, precision, path)
         obj = target._construct(require(config, "params", "dict", path))
         input_dim = require(config, "input_dim", "int?", path)
@@ -276,7 +342,7 @@ class Quantizer(Params):
 class Float32Quantizer(Quantizer):
     """Identity at full precision (cosine similarity), so float32 shares the quantised path."""
 
-    precision: ClassVar[str] = "float32"
+    family: ClassVar[str] = "float32"
     code_dtype: ClassVar[np.dtype] = np.dtype(np.float32)
 
     @property
@@ -307,7 +373,7 @@ class Int8Quantizer(Quantizer):
     index computes it.
     """
 
-    precision: ClassVar[str] = "int8"
+    family: ClassVar[str] = "int8"
     code_dtype: ClassVar[np.dtype] = np.dtype(np.int8)
 
     def __init__(self, calibration: str = "minmax", percentile: float = 99.9) -> None:
@@ -444,7 +510,7 @@ class BinaryQuantizer(Quantizer):
     so a rotation takes ``threshold="zero"``.
     """
 
-    precision: ClassVar[str] = "binary"
+    family: ClassVar[str] = "binary"
     code_dtype: ClassVar[np.dtype] = np.dtype(np.uint8)
     #: 2: the rotation (params rotation, seed, itq_iterations; state mean_, rotation_).
     version: ClassVar[int] = 2
