@@ -14,6 +14,9 @@ Search spaces, matching how each precision is stored and compared elsewhere:
 - ``"l2"``: Euclidean distance of the raw vectors (``IndexFlatL2``), Espresso's RAG setting.
 - ``"hamming"``: packed binary codes (``IndexBinaryFlat``); similarity = bits agreeing,
   as in ``BinaryQuantizer.similarity``.
+- ``"asymmetric"``: codes whose quantiser scores a float query against them
+  (``quantizer.asymmetric``: product and residual codes, through lookup tables); the query is
+  never coded. Used by :class:`QuantizedIndex` only; it scores in ``metric_space``.
 
 Ties: hits come best first, and equal scores are ordered by corpus row, earlier first. faiss
 also keeps the earlier rows when a tie straddles the k-th place, so the top k is the first k
@@ -35,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from demitasse.compress import Int8Quantizer, Quantizer
+from demitasse.compress import CodebookQuantizer, Int8Quantizer, Quantizer
 from demitasse.errors import DataError, DemitasseError
 
 if TYPE_CHECKING:
@@ -274,10 +277,13 @@ class QuantizedIndex:
             )
         self.quantizer = quantizer
         self.metric_space = metric_space
-        self.search_metric = "hamming" if quantizer.precision == "binary" else metric_space
+        self.search_metric = search_metric_of(quantizer, metric_space)
         self.codes = codes
         self.n_bits = 8 * codes.shape[1] if dim is None else int(dim)
-        self._index = build_index(codes, self.search_metric)
+        if isinstance(quantizer, CodebookQuantizer):
+            self._scan = AsymmetricScan(quantizer, codes, metric_space)
+        else:
+            self._index = build_index(codes, self.search_metric)
         self.rescore_vectors = rescore_vectors
         self.rescore_quantizer = rescore_quantizer
         self.rescore_precision = self._check_store(rescore_vectors, rescore_quantizer)
@@ -377,6 +383,8 @@ class QuantizedIndex:
     def first_stage(self, queries: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
         """The top ``depth`` documents by their codes alone: ``(scores, rows)``, best first."""
         depth = min(check_k(depth), self.n_documents)
+        if self.search_metric == "asymmetric":
+            return self._scan.search(_check_floats(queries, "queries"), depth)
         distances, rows = self._index.search(self._query_codes(queries), depth)
         if self.search_metric == "hamming":
             scores = (self.n_bits - distances).astype(np.float32)
@@ -387,6 +395,8 @@ class QuantizedIndex:
 
     def first_stage_scores(self, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """First-stage scores of the given documents, ``rows`` [m, r] → float32 [m, r]."""
+        if self.search_metric == "asymmetric":
+            return self._scan.scores_of(_check_floats(queries, "queries"), rows)
         codes = self._query_codes(queries)
         if self.search_metric == "hamming":
             differ = _POPCOUNT[np.bitwise_xor(codes[:, None, :], self.codes[rows])].sum(axis=2)
@@ -464,6 +474,69 @@ class QuantizedIndex:
             queries if rescore_queries is None else rescore_queries, candidates
         )
         return _best_first(scores, candidates, min(k, depth))
+
+
+def search_metric_of(quantizer: Quantizer, metric_space: str = "cosine") -> str:
+    """How codes of ``quantizer`` are searched: ``"asymmetric"`` (the float query against the
+    codes), ``"hamming"`` (packed bits) or the float ``metric_space``."""
+    if isinstance(quantizer, CodebookQuantizer):
+        return "asymmetric"
+    return "hamming" if quantizer.code_dtype == np.uint8 else metric_space
+
+
+class AsymmetricScan:
+    """Brute-force search of codebook codes with lookup tables, as faiss's flat PQ index does:
+    per query one table of ``⟨query, codeword⟩``, then lookups and adds per code byte.
+
+    The codes are kept column by column, and pairs of code bytes are looked up together in a
+    65,536-entry table (the sum of their two tables), which halves the lookups; the quantiser
+    finishes the sums (the norm byte turns them into cosines). Scores equal
+    ``quantizer.score`` up to float32 summation order.
+    """
+
+    def __init__(self, quantizer: CodebookQuantizer, codes: np.ndarray, metric_space: str) -> None:
+        self.quantizer = quantizer
+        self.metric = "cosine" if metric_space == "cosine" else "l2"
+        self.codes = codes
+        words = np.ascontiguousarray(codes[:, : quantizer.n_codebooks])
+        paired = words.shape[1] // 2 * 2
+        self._pairs = np.ascontiguousarray(np.ascontiguousarray(words[:, :paired]).view("<u2").T)
+        self._last = np.ascontiguousarray(words[:, paired]) if words.shape[1] % 2 else None
+
+    def _scan(self, query: np.ndarray) -> np.ndarray:
+        scored, tables = self.quantizer.query_tables(query[None, :], self.metric)
+        table = tables[0]
+        total = np.zeros(self.codes.shape[0], np.float32)
+        for pair, columns in enumerate(self._pairs):
+            joint = (table[2 * pair + 1][:, None] + table[2 * pair][None, :]).ravel()
+            total += np.take(joint, columns)
+        if self._last is not None:
+            total += np.take(table[-1], self._last)
+        return self.quantizer.finish_scores(scored, total[None, :], self.codes, self.metric)[0]
+
+    def search(self, queries: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+        """The top ``depth`` rows per query, best first, equal scores by row."""
+        n = self.codes.shape[0]
+        all_scores = np.empty((len(queries), depth), np.float32)
+        all_rows = np.empty((len(queries), depth), np.int64)
+        for i, query in enumerate(queries):
+            scores = self._scan(query)
+            if depth < n:
+                # Every row at least as good as the depth-th best: ties at the cut stay whole.
+                cut = np.partition(scores, n - depth)[n - depth]
+                rows = np.flatnonzero(scores >= cut)
+            else:
+                rows = np.arange(n)
+            best, kept = _best_first(scores[rows][None, :], rows[None, :], depth)
+            all_scores[i], all_rows[i] = best[0], kept[0]
+        return all_scores, all_rows
+
+    def scores_of(self, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Scores of the given documents, ``rows`` [q, r] → float32 [q, r]."""
+        out = np.empty(rows.shape, np.float32)
+        for i, query in enumerate(queries):
+            out[i] = self.quantizer.score(query[None, :], self.codes[rows[i]], self.metric)[0]
+        return out
 
 
 @dataclass(frozen=True)

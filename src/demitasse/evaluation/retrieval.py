@@ -28,6 +28,7 @@ from demitasse.search import (
     check_k,
     exact_search,
     measure_search_latency,
+    search_metric_of,
 )
 
 
@@ -86,9 +87,9 @@ class RetrievalTask(Task):
     def texts(self) -> list[str]:
         return [t for d in self.datasets for t in (*d.query_texts, *d.corpus_texts)]
 
-    def search_metric(self, precision: str) -> str:
-        """The faiss search used for codes of ``precision``."""
-        return "hamming" if precision == "binary" else self.metric_space
+    def search_metric(self, embedded: EmbeddedTexts) -> str:
+        """How ``embedded``'s codes are searched (:func:`~demitasse.search.search_metric_of`)."""
+        return search_metric_of(embedded.quantizer, self.metric_space)
 
     def depth(self, dataset: BeirDataset) -> int:
         """Hits to search for: ``k``, and one more where a query can find itself (its id
@@ -100,11 +101,16 @@ class RetrievalTask(Task):
 
     def run(self, dataset: BeirDataset, embedded: EmbeddedTexts) -> dict[str, list[str]]:
         """Ranked document ids (top :meth:`depth`) for each of ``dataset``'s queries."""
+        if self.search_metric(embedded) == "asymmetric":
+            _, rows = self.index(dataset, embedded).first_stage(
+                embedded.vectors_of(dataset.query_texts), self.depth(dataset)
+            )
+            return self._ranked_ids(dataset, rows)
         _, rows = exact_search(
             embedded.codes_of(dataset.query_texts),
             embedded.codes_of(dataset.corpus_texts),
             k=self.depth(dataset),
-            metric=self.search_metric(embedded.precision),
+            metric=self.search_metric(embedded),
             dim=embedded.dim,
         )
         return self._ranked_ids(dataset, rows)
@@ -181,7 +187,7 @@ class RetrievalTask(Task):
         return values, extra
 
     def evaluate(self, embedded: EmbeddedTexts) -> list[Score]:
-        search = self.search_metric(embedded.precision)
+        search = self.search_metric(embedded)
         results: list[Score] = []
         for variant in self._variants(embedded):
             per_metric: dict[str, list[Score]] = {}
