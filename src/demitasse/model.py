@@ -6,7 +6,8 @@ A :class:`CompressedModel` goes unchanged from fit to evaluation to export. It h
 - an encoder (a transformer, optionally cut after a layer, with that layer's exit head when the
   model was trained with them; a static model; or none, for vectors that come from an API),
 - an optional compressor (any registered method: PCA, truncation, adaptor, SMEC, ...),
-- an optional quantiser (int8 ranges, binary thresholds) calibrated on the compressor's output.
+- an optional quantiser (int8 ranges, binary thresholds, product or residual codebooks)
+  calibrated on the compressor's output.
 
 ``encode(texts, dim=..., precision=...)`` (or ``transform(vectors, ...)`` for given vectors)
 picks the width and the precision at call time, within what the model was fitted for, as
@@ -39,10 +40,19 @@ from demitasse.arrays import check_finite, unit_rows
 from demitasse.compress import (
     Compressor,
     Quantizer,
+    check_precision,
     load_compressor,
     load_quantizer,
     make_compressor,
     make_quantizer,
+    resolve_compressor,
+    sort_precisions,
+)
+from demitasse.compress.vocabulary import (
+    accepts_width,
+    auto_params,
+    calibration_free_precisions,
+    resolve_auto,
 )
 from demitasse.data import check_texts
 from demitasse.encoders.base import Encoder, check_backend
@@ -57,9 +67,6 @@ FORMAT_VERSION = 2
 COMPRESSOR_DIR = "compressor"
 QUANTIZER_DIR = "quantizer"
 RESCORE_DIR = "rescore"
-PRECISIONS = ("float32", "int8", "binary")
-#: Precisions that need no calibration, so every model offers them.
-CALIBRATION_FREE = ("float32", "binary")
 
 
 #: Rows compressed and quantised together (see ``_finish``).
@@ -75,12 +82,16 @@ class CompressedModel:
             static model), an already loaded :class:`~demitasse.encoders.Encoder`, or ``None``
             for a vectors-only model (vectors from an embedding API).
         layer: keep the encoder's blocks ``1..layer`` (``None``: all of them).
-        compressor: a :class:`~demitasse.compress.Compressor`, a registered method name
-            (``"pca"``, ``"truncate"``, ``"smec"``, ...) built with ``dim`` and
-            ``compressor_params``, or ``None`` (the encoder's vectors at full width).
+        compressor: a :class:`~demitasse.compress.Compressor`, a compressor name as the
+            command line takes it (``"pca"``, ``"truncate"``, ``"smec"``, a preset such as
+            ``"pca-abtt"``; see :func:`~demitasse.compress.compressor_choices`) built with
+            ``dim`` and ``compressor_params``, or ``None`` (or ``"none"``: the encoder's
+            vectors at full width).
         dim: the largest width the compressor is fitted for, when it is given by name.
-        precision: the quantiser to calibrate at fit time: ``"float32"`` (none), ``"int8"``
-            or ``"binary"``. float32 and binary (sign bits) are always available.
+        precision: the quantiser to calibrate at fit time, any registered precision:
+            ``"float32"`` (none), ``"int8"``, ``"binary"``, or codebook codes such as
+            ``"pq16"`` / ``"rq8"`` (those code all the fitted width at once).
+            The calibration-free ones (float32, binary sign bits) are always available.
         normalize: L2-normalise float vectors after compression (quantised codes are computed
             from the unnormalised output, on which their calibration was fitted).
         quantizer_params: options of the quantiser calibrated at fit time, e.g.
@@ -119,22 +130,23 @@ class CompressedModel:
         self.rescore_factor, self.rescore_precision = _rescoring_settings(
             rescore_factor, rescore_precision
         )
-        if precision not in PRECISIONS:
-            raise CompressorError(f"unknown precision {precision!r}; known: {PRECISIONS}")
-        if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int)):
+        precision = check_precision(precision)
+        if layer is not None and (
+            isinstance(layer, bool) or not isinstance(layer, int) or layer < 1
+        ):
             raise DemitasseError(f"layer must be a positive integer, got {layer!r}")
-        if layer is not None and layer < 1:
-            raise DemitasseError(f"layer must be a positive integer, got {layer}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise DemitasseError(f"batch_size must be a positive integer, got {batch_size!r}")
+        #: Preset parameters set at fit time from the input width, and their compressor.
+        self._auto_params: tuple[Compressor, dict[str, Any]] | None = None
         if isinstance(compressor, str):
-            compressor = make_compressor(compressor, dim=dim, **(compressor_params or {}))
+            compressor = self._named_compressor(compressor, dim, compressor_params or {})
         elif compressor_params:
             raise CompressorError("compressor_params apply only to a compressor given by name")
         if encoder is None and layer is not None:
             raise DemitasseError("a layer cut needs an encoder; a vectors-only model has none")
         if quantizer_params and precision == "float32":
-            raise CompressorError("quantizer_params need a precision of int8 or binary")
+            raise CompressorError("quantizer_params need a precision other than float32")
         # Built now so that a bad option fails here, not after the slow encoding in fit.
         make_quantizer(precision, **(quantizer_params or {}))
         self.quantizer_params = dict(quantizer_params or {})
@@ -157,6 +169,23 @@ class CompressedModel:
             self._input_dim = None
         else:
             self._attach(encoder, {"source": getattr(encoder, "name", type(encoder).__name__)})
+
+    def _named_compressor(
+        self, name: str, dim: int | None, params: dict[str, Any]
+    ) -> Compressor | None:
+        method, preset = resolve_compressor(name)
+        if method is None:
+            if params:
+                raise CompressorError("compressor_params need a compressor; 'none' has none")
+            return None
+        params = {**preset, **params}
+        auto = auto_params(params)
+        concrete = {key: value for key, value in params.items() if key not in auto}
+        compressor = make_compressor(method, dim=dim, **concrete)
+        if auto:
+            resolve_auto(auto, 100)  # one that cannot be resolved fails now
+            self._auto_params = (compressor, auto)
+        return compressor
 
     # ---- what the model is -------------------------------------------------------------------
 
@@ -258,9 +287,10 @@ class CompressedModel:
 
     @property
     def precisions(self) -> list[str]:
-        """Precisions ``encode``/``transform`` accept: float32, binary and the fitted one."""
+        """Precisions ``encode``/``transform`` accept: the calibration-free ones (float32,
+        binary) and the fitted one."""
         fitted = [] if self.quantizer is None else [self.quantizer.precision]
-        return [p for p in PRECISIONS if p in CALIBRATION_FREE or p in fitted]
+        return sort_precisions([*calibration_free_precisions(), *fitted])
 
     def __repr__(self) -> str:
         parts = [repr(self.name)]
@@ -307,6 +337,8 @@ class CompressedModel:
             raise CompressorError("supervision needs a compressor to fit")
         supervision = {key: self._embed_supervision(value) for key, value in supervision.items()}
         if self.compressor is not None:
+            if self._auto_params is not None and self._auto_params[0] is self.compressor:
+                self.compressor.set_params(**resolve_auto(self._auto_params[1], X.shape[1]))
             self.compressor.fit(X, fit_data=fit_data, **supervision)
         self._input_dim = int(X.shape[1])
         self.quantizer = None
@@ -350,7 +382,8 @@ class CompressedModel:
         precision: str = "float32",
         normalize: bool | None = None,
     ) -> np.ndarray:
-        """Texts → float32 [n, dim] vectors, int8 [n, dim] codes or packed bits [n, dim/8]."""
+        """Texts → float32 [n, dim] vectors, int8 [n, dim] codes, packed bits [n, dim/8] or
+        codebook codes (uint8 [n, bytes])."""
         self._check_fitted()
         dim, precision = self._check_request(dim, precision)
         return self._finish(self.embed(texts), dim, precision, normalize)
@@ -381,7 +414,7 @@ class CompressedModel:
         _, precision = self._check_request(None, precision)
         if self.quantizer is not None and self.quantizer.precision == precision:
             return self.quantizer
-        return make_quantizer(precision)  # float32 or zero-threshold bits: nothing to fit
+        return make_quantizer(precision)  # a calibration-free one: nothing to fit
 
     def bytes_per_vector(self, dim: int | None = None, precision: str = "float32") -> int:
         dim, precision = self._check_request(dim, precision)
@@ -410,6 +443,7 @@ class CompressedModel:
         return self.compressor.transform(X, dim=dim)
 
     def _check_request(self, dim: int | None, precision: str) -> tuple[int, str]:
+        precision = check_precision(precision)
         if precision not in self.precisions:
             fitted = ", ".join(self.precisions)
             raise CompressorError(
@@ -426,12 +460,18 @@ class CompressedModel:
             raise CompressorError(
                 f"dim {dim} is not available: this model produces {supported} dimensions"
             )
-        rotation = getattr(self.quantizer, "rotation", "none")  # only binary codes rotate
-        if rotation != "none" and precision == self.precision and dim != self.output_dim:
-            raise CompressorError(
-                f"dim {dim} is not available at precision {precision}: the {rotation} rotation "
-                f"of the binary codes spans all {self.output_dim} dimensions"
-            )
+        quantizer = self.quantizer
+        if (
+            quantizer is not None
+            and precision == quantizer.precision
+            and not accepts_width(quantizer, dim)
+        ):
+            rotation = getattr(quantizer, "rotation", "none")
+            what = f"{quantizer.family} codes span"
+            if rotation != "none":
+                what = f"{rotation} rotation of the {quantizer.family} codes spans"
+            raise CompressorError(f"dim {dim} is not available at precision {precision}: the "
+                                  f"{what} all {self.output_dim} dimensions")  # fmt: skip
         return int(dim), precision
 
     def _check_vectors(self, vectors: Any) -> np.ndarray:

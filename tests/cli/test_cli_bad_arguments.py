@@ -22,6 +22,7 @@ from demitasse.cli.arguments import (
     non_negative_int,
     positive_float,
     positive_int,
+    precision_name,
 )
 from demitasse.cli.main import build_parser
 from tests.helpers import build_tiny_model
@@ -424,6 +425,7 @@ NUMBER_TYPES = {
     positive_float: ["0", "-1e-9", "nan", "inf", "1e999", "abc"],
     non_negative_float: ["-1", "nan", "-inf", "abc"],
     backend_name: ["tensorrt", "ONNX", "onnx-fp16", ""],
+    precision_name: ["int4", "pq0x", "pq0", "PQ8", ""],
 }
 
 

@@ -1,12 +1,14 @@
 """Parquet shards of ids and codes, written so that a crash leaves a whole shard or none.
 
 A shard is ``shards/part-FFFFF-SSSSS.parquet`` (input file F, shard S of that file) with two
-columns: ``id`` (string) and ``embedding``, typed by the precision:
+columns: ``id`` (string) and ``embedding``, typed by the precision's codes:
 
 - float32: ``fixed_size_list<float32>[dim]``
 - int8: ``fixed_size_list<int8>[dim]``
-- binary: ``fixed_size_binary[dim / 8]``, the packed bits (numpy ``packbits`` order, the first
-  dimension in the high bit of the first byte), as ``CompressedModel.encode`` returns them.
+- byte codes (uint8): ``fixed_size_binary[bytes per vector]``: for binary the packed bits
+  (numpy ``packbits`` order, the first dimension in the high bit of the first byte), for
+  product or residual codes (``pq16``, ``rq8``) one codeword index a byte, as
+  ``CompressedModel.encode`` returns them.
 
 Every shard carries the model's provenance as JSON under the Parquet key-value metadata key
 ``demitasse.provenance``. A shard is written to a temporary name, flushed to disk (fsync), then
@@ -22,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from demitasse.compress import make_quantizer
 from demitasse.errors import DataError, one_line
 from demitasse.provenance import provenance_json, read_provenance
 
@@ -34,14 +37,22 @@ def shard_name(file_index: int, shard: int) -> str:
     return f"part-{file_index:05d}-{shard:05d}.parquet"
 
 
+def code_type(dim: int, precision: str) -> Any:
+    """The Arrow type of one vector's codes at ``dim`` and ``precision``: byte codes as
+    fixed-size binary, numbers as a fixed-size list of their dtype."""
+    import pyarrow as pa
+
+    quantizer = make_quantizer(precision)  # unfitted: the layout depends on the kind alone
+    dtype = np.dtype(quantizer.code_dtype)
+    if dtype == np.uint8:
+        return pa.binary(quantizer.bytes_per_vector(dim))
+    return pa.list_(pa.from_numpy_dtype(dtype), quantizer.code_width(dim))
+
+
 def schema(dim: int, precision: str, provenance: dict[str, Any]) -> Any:
     import pyarrow as pa
 
-    codes = {
-        "float32": pa.list_(pa.float32(), dim),
-        "int8": pa.list_(pa.int8(), dim),
-        "binary": pa.binary((dim + 7) // 8),
-    }[precision]
+    codes = code_type(dim, precision)
     return pa.schema(
         [pa.field("id", pa.string(), nullable=False), pa.field("embedding", codes, nullable=False)],
         metadata={PROVENANCE_KEY: provenance_json(provenance).encode("utf-8")},

@@ -10,7 +10,9 @@ import argparse
 import math
 from collections.abc import Callable
 
+from demitasse.compress import check_precision, compressor_choices, precision_help
 from demitasse.encoders.base import BACKENDS
+from demitasse.errors import CompressorError
 
 
 def _integer(minimum: int) -> Callable[[str], int]:
@@ -59,6 +61,28 @@ def backend_name(text: str) -> str:
 
 
 backend_name.__name__ = "backend"
+
+
+def precision_name(text: str) -> str:
+    """``--precision``'s value, checked against the quantiser registry and made canonical
+    (``pq08`` → ``pq8``): a bad name is a one-line usage error (exit code 2)."""
+    try:
+        return check_precision(text)
+    except CompressorError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+precision_name.__name__ = "precision"
+
+
+def precision_help_text(what: str) -> str:
+    """A ``--precision`` help text: ``what`` it sets, and the names it takes."""
+    return f"{what}: {precision_help()}"
+
+
+def compressor_help_text(what: str) -> str:
+    """A help text for an option naming compressors: ``what`` it does, and the names."""
+    return f"{what}: {', '.join(compressor_choices())}; options as pca:whiten=true:abtt=2"
 
 
 def add_backend_argument(parser: argparse.ArgumentParser, *, saved: bool = True) -> None:

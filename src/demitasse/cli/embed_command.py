@@ -9,9 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from demitasse.cli.arguments import positive_int
-
-PRECISIONS = ("float32", "int8", "binary")
+from demitasse.cli.arguments import positive_int, precision_help_text, precision_name
 
 
 def add_bulk_parsers(commands: Any) -> None:  # argparse's subparsers action
@@ -53,7 +51,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=("local", "ray"), default="local")
     parser.add_argument("--dim", type=positive_int, default=None, help="default: the model's")
     parser.add_argument(
-        "--precision", choices=PRECISIONS, default=None, help="default: the model's"
+        "--precision",
+        type=precision_name,
+        default=None,
+        help=precision_help_text("codes to write (default: the model's)"),
     )
     parser.add_argument(
         "--batch-size",

@@ -66,7 +66,8 @@ def check_sweep(options: SearchOptions, precisions: list[str]) -> None:
             raise DemitasseError("--rescore applies to retrieval: add retrieval to --tasks")
         if set(precisions) == {"float32"}:
             raise DemitasseError(
-                "--rescore rescores int8 or binary codes: add int8 or binary to --precision"
+                "--rescore rescores codes, not float32 vectors: add int8 or binary to "
+                "--precision (or other codes: pq<bytes>, ...)"
             )
     if options.quantizer_params and "binary" not in precisions:
         raise DemitasseError("--rotation applies to binary codes: add binary to --precision")

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from demitasse.cli.arguments import (
     add_backend_argument,
+    compressor_help_text,
     non_negative_float,
     non_negative_int,
     positive_float,
     positive_int,
+    precision_help_text,
 )
 from demitasse.cli.embed_command import add_bulk_parsers, run_bulk_command
 from demitasse.cli.model_commands import (
@@ -36,6 +38,7 @@ from demitasse.cli.store_commands import add_store_commands, run_index, run_sear
 from demitasse.cli.tune_command import add_tune_parser, run_tune
 from demitasse.errors import DemitasseError, single_line
 from demitasse.io import atomic_directory, check_directory_target, handle_termination
+from demitasse.search import RESCORE_PRECISIONS
 
 if TYPE_CHECKING:
     from demitasse.cli.eval_options import SearchOptions
@@ -83,7 +86,9 @@ def _add_eval_parser(commands: Any) -> None:
     )
     evaluate.add_argument("--layers", default=None, help="'all', 'last' (default) or e.g. 1,3,6")
     evaluate.add_argument(
-        "--compressor", default=None, help="none (default),truncate,pca,pca-abtt,..."
+        "--compressor",
+        default=None,
+        help=compressor_help_text("comma-separated compressors (default none)"),
     )
     evaluate.add_argument(
         "--dims", default=None, help=f"default {DEFAULT_DIMS}; a model directory: its width"
@@ -97,8 +102,9 @@ def _add_eval_parser(commands: Any) -> None:
     evaluate.add_argument(
         "--precision",
         default=None,
-        help="float32 (default),int8,binary; a model directory: the precision it was fitted for",
-    )
+        help=precision_help_text("comma-separated precisions (default float32; a model "
+                                 "directory: the precision it was fitted for)"),
+    )  # fmt: skip
     evaluate.add_argument(
         "--tasks",
         default=None,
@@ -139,7 +145,7 @@ def _add_retrieval_options(evaluate: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--rescore-precision",
-        choices=("int8", "float32"),
+        choices=RESCORE_PRECISIONS,
         default=None,
         help="how the full output is kept for --rescore (default int8)",
     )

@@ -9,7 +9,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from demitasse.cli.arguments import add_backend_argument, positive_int
+import numpy as np
+
+from demitasse.cli.arguments import (
+    add_backend_argument,
+    compressor_help_text,
+    positive_int,
+    precision_help_text,
+    precision_name,
+)
 from demitasse.cli.fit_shards import add_shard_options, fit_from_shards, wants_shards
 from demitasse.errors import DataError, DemitasseError
 
@@ -17,8 +25,6 @@ if TYPE_CHECKING:
     from demitasse.data import BeirDataset
     from demitasse.evaluation.grid import CompressorSpec
     from demitasse.model import CompressedModel
-
-PRECISION_CHOICES = ("float32", "int8", "binary")
 
 
 def add_model_commands(commands: Any) -> None:  # argparse's subparsers action
@@ -37,11 +43,12 @@ def _add_fit_parser(commands: Any) -> None:
         "API) and save it as one directory that encode, transform, eval and export take.",
     )
     _add_fit_source_options(fit)
-    fit.add_argument("--method", default="none", help="none, truncate, pca, pca:whiten=true, "
-                     "pca-abtt, random, adaptor, smec, ...")  # fmt: skip
+    fit.add_argument("--method", default="none",
+                     help=compressor_help_text("the compressor (default none)"))  # fmt: skip
     fit.add_argument("--dim", type=positive_int, default=None, help="largest output dimension")
-    fit.add_argument("--precision", choices=PRECISION_CHOICES, default="float32",
-                     help="quantiser to calibrate (float32 and binary need none)")  # fmt: skip
+    fit.add_argument("--precision", type=precision_name, default="float32",
+                     help=precision_help_text("quantiser to calibrate (float32 and binary "
+                                              "need none)"))  # fmt: skip
     fit.add_argument("--normalize", action="store_true", help="L2-normalise float outputs")
     fit.add_argument("--batch-size", type=positive_int, default=64)
     add_backend_argument(fit, saved=False)
@@ -119,7 +126,8 @@ def _output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dim", type=positive_int, default=None, help="output width (default: full)"
     )
-    parser.add_argument("--precision", choices=PRECISION_CHOICES, default="float32")
+    parser.add_argument("--precision", type=precision_name, default="float32",
+                        help=precision_help_text("codes to write (default float32)"))  # fmt: skip
     parser.add_argument("--normalize", action="store_true", default=None,
                         help="L2-normalise float vectors")  # fmt: skip
 
@@ -282,9 +290,9 @@ def _write(model: CompressedModel, codes: Any, args: argparse.Namespace) -> int:
         "fit": model.fit_info,
     }
     save_embeddings(args.output, codes, metadata={"demitasse": json.dumps(provenance)})
-    what = {"float32": "float32 vectors", "int8": "int8 codes", "binary": "packed-bit codes"}
+    what = "float32 vectors" if codes.dtype == np.float32 else f"{args.precision} codes"
     shape = " × ".join(map(str, codes.shape))
-    print(f"wrote {shape} {what[args.precision]} to {args.output}")
+    print(f"wrote {shape} {what} to {args.output}")
     return 0
 
 

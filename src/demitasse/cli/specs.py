@@ -1,25 +1,14 @@
 """Compressor specs as typed on the command line (``pca``, ``pca-abtt``,
 ``pca:whiten=true:abtt=2``) and the other list-valued flags of sweeps: parsing belongs here,
-in the command-line layer; the library takes :class:`CompressorSpec` objects."""
+in the command-line layer; the library takes :class:`CompressorSpec` objects. Names come from
+:mod:`demitasse.compress.vocabulary` (the registries and their presets), which
+:class:`~demitasse.model.CompressedModel` resolves names with too."""
 
 from __future__ import annotations
 
+from demitasse.compress import check_precision, precision_help, resolve_compressor
 from demitasse.errors import DemitasseError
-from demitasse.evaluation.grid import PRECISIONS, CompressorSpec
-
-PRESETS: dict[str, CompressorSpec] = {
-    "none": CompressorSpec("none", None),
-    "truncate": CompressorSpec("truncate", "truncate"),
-    "pca": CompressorSpec("pca", "pca"),
-    "pca-whiten": CompressorSpec("pca-whiten", "pca", {"whiten": True}),
-    "pca-abtt": CompressorSpec("pca-abtt", "pca", {"abtt": "auto"}),
-    "random": CompressorSpec("random", "random", {"seed": 0}),
-    "adaptor": CompressorSpec("adaptor", "adaptor"),
-    "smec": CompressorSpec("smec", "smec"),
-    "mcr2": CompressorSpec("mcr2", "mcr2"),
-    "isomap": CompressorSpec("isomap", "isomap"),
-    "lle": CompressorSpec("lle", "lle"),
-}
+from demitasse.evaluation.grid import CompressorSpec
 
 
 def _parse_value(text: str) -> object:
@@ -40,14 +29,13 @@ def parse_compressor_specs(text: str) -> list[CompressorSpec]:
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
-        if item in PRESETS:
-            specs.append(PRESETS[item])
+        name, *options = item.split(":")
+        method, params = resolve_compressor(name)
+        if not options:
+            specs.append(CompressorSpec(item, method, params))
             continue
-        method, *options = item.split(":")
-        if method not in PRESETS or PRESETS[method].method is None:
-            known = ", ".join(PRESETS)
-            raise DemitasseError(f"unknown compressor {item!r}; known: {known}")
-        params = dict(PRESETS[method].params)
+        if method is None:
+            raise DemitasseError(f"{item!r}: '{name}' (no compressor) takes no options")
         for option in options:
             key, sep, value = option.partition("=")
             if not sep or not key:
@@ -57,7 +45,7 @@ def parse_compressor_specs(text: str) -> list[CompressorSpec]:
                     f"{item!r}: the width is not a compressor option; use --dim / --dims"
                 )
             params[key] = _parse_value(value)
-        spec = CompressorSpec(item, PRESETS[method].method, params)
+        spec = CompressorSpec(item, method, params)
         spec.build(input_dim=100, max_dim=None)  # unknown keys and bad values fail here, now
         specs.append(spec)
     if not specs:
@@ -76,8 +64,8 @@ def parse_int_list(text: str, what: str) -> list[int]:
 
 
 def parse_precisions(text: str) -> list[str]:
-    values = [v.strip() for v in text.split(",") if v.strip()]
-    bad = [v for v in values if v not in PRECISIONS]
-    if bad or not values:
-        raise DemitasseError(f"unknown precision {bad[0] if bad else text!r}; known: {PRECISIONS}")
+    """``"float32,int8,pq16"`` → the canonical names, each checked against the registry."""
+    values = [check_precision(v.strip()) for v in text.split(",") if v.strip()]
+    if not values:
+        raise DemitasseError(f"unknown precision {text!r}; known: {precision_help()}")
     return values

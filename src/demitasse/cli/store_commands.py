@@ -8,13 +8,17 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from demitasse.cli.arguments import positive_float, positive_int
+from demitasse.cli.arguments import (
+    positive_float,
+    positive_int,
+    precision_help_text,
+    precision_name,
+)
 from demitasse.errors import DataError
 
 if TYPE_CHECKING:
     from demitasse.store import Hit
 
-PRECISION_CHOICES = ("float32", "int8", "binary")
 #: Characters of a document's text shown per hit by ``search`` without ``--json``.
 SHOWN_CHARS = 80
 
@@ -40,8 +44,9 @@ def add_store_commands(commands: Any) -> None:  # argparse's subparsers action
     index.add_argument("--text-column", default=None,
                        help="read texts from this column instead of title + text")  # fmt: skip
     index.add_argument("--dim", type=positive_int, default=None, help="default: the model's")
-    index.add_argument("--precision", choices=PRECISION_CHOICES, default=None,
-                       help="codes of the index (default: the model's precision)")  # fmt: skip
+    index.add_argument("--precision", type=precision_name, default=None,
+                       help=precision_help_text("codes of the index (default: the model's "
+                                                "precision)"))  # fmt: skip
     index.add_argument("--no-text", action="store_true", help="do not keep the texts")
     index.add_argument("--skip-existing", action="store_true",
                        help="add only the ids the table does not hold yet")  # fmt: skip

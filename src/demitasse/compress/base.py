@@ -56,6 +56,8 @@ class _InvalidParameterError(CompressorError, InvalidParameterError):
 _REGISTRY: Registry[type[Compressor]] = Registry("compressor", "method")
 register_compressor = _REGISTRY.register
 compressor_names = _REGISTRY.names
+#: The class a registered method name denotes (CompressorError for an unknown name).
+compressor_class = _REGISTRY.lookup
 
 
 def make_compressor(name: str, **params: Any) -> Compressor:
@@ -108,6 +110,9 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
     matryoshka: ClassVar[bool] = True
     #: Keyword arguments ``fit`` accepts as supervision (e.g. ``("pairs", "scores")``).
     supervision: ClassVar[tuple[str, ...]] = ()
+    #: Whether ``fit`` learns the compressor from vectors; False for one built another way (a
+    #: pooler head trained with its encoder), which no command line or model fits by name.
+    fits_on_vectors: ClassVar[bool] = True
     #: Float dtype chunks are cast to before ``_transform_chunk``.
     compute_dtype: ClassVar[DTypeLike] = np.float32
     #: Rows per chunk when ``_fit`` streams over the data (float64 chunks: keep modest).

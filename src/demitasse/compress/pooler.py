@@ -25,6 +25,7 @@ class Pooler(Compressor):
 
     method: ClassVar[str] = "pooler"
     matryoshka: ClassVar[bool] = False
+    fits_on_vectors: ClassVar[bool] = False
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
         **Compressor._parameter_constraints,
         "activation": [StrOptions(set(ACTIVATIONS))],

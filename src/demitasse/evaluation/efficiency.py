@@ -28,7 +28,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from demitasse.compress import Compressor
+from demitasse.compress import (
+    BinaryQuantizer,
+    Compressor,
+    Float32Quantizer,
+    Int8Quantizer,
+    Quantizer,
+)
 from demitasse.encoders.base import Encoder
 from demitasse.errors import DataError, DemitasseError
 from demitasse.evaluation.records import ResultRecord, machine_description
@@ -321,10 +327,12 @@ class _SearchIndex:
     serialized_bytes: int
 
 
-def _build_index(precision: str, corpus_codes: np.ndarray, query_codes: np.ndarray) -> _SearchIndex:
-    """The exact faiss index a deployment at this precision would search, and its size."""
+def _build_index(
+    quantizer: Quantizer, corpus_codes: np.ndarray, query_codes: np.ndarray
+) -> _SearchIndex:
+    """The exact faiss index a deployment of ``quantizer``'s codes would search, and its size."""
     faiss = _faiss()
-    if precision == "binary":
+    if isinstance(quantizer, BinaryQuantizer):
         # Packed bits; padding bits are 0 in every code, so Hamming distances are exact.
         corpus = np.ascontiguousarray(corpus_codes, dtype=np.uint8)
         index = faiss.IndexBinaryFlat(8 * corpus.shape[1])
@@ -332,12 +340,12 @@ def _build_index(precision: str, corpus_codes: np.ndarray, query_codes: np.ndarr
         size = len(faiss.serialize_index_binary(index))
         queries = np.ascontiguousarray(query_codes, dtype=np.uint8)
         return _SearchIndex(index, queries, size, "IndexBinaryFlat", size)
-    if precision not in ("float32", "int8"):
-        raise DemitasseError(f"no search index for precision {precision!r}")
+    if not isinstance(quantizer, Float32Quantizer | Int8Quantizer):
+        raise DemitasseError(f"no search index for precision {quantizer.precision!r}")
     index = faiss.IndexFlatIP(corpus_codes.shape[1])
     index.add(_unit_rows(corpus_codes))
     size = len(faiss.serialize_index(index))
-    if precision == "int8":
+    if isinstance(quantizer, Int8Quantizer):
         # faiss has no flat index scoring the cosine of int8 codes, so a float32 index over
         # the normalised codes stands in for search (same ranking); the storage reported is
         # what an int8 index holds: the codes themselves.
@@ -409,7 +417,7 @@ class EfficiencyTask(Task):
 
     def _measure(self, embedded: EmbeddedTexts) -> list[Score]:
         built = _build_index(
-            embedded.precision, embedded.codes_of(self.corpus), embedded.codes_of(self.queries)
+            embedded.quantizer, embedded.codes_of(self.corpus), embedded.codes_of(self.queries)
         )
         index, queries = built.index, built.queries
         k = min(self.k, len(self.corpus))

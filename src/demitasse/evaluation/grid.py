@@ -12,6 +12,7 @@ from tqdm.auto import tqdm
 
 from demitasse.arrays import unit_rows
 from demitasse.compress import Quantizer, make_compressor, make_quantizer
+from demitasse.compress.vocabulary import resolve_auto
 from demitasse.encoders.base import Encoder
 from demitasse.errors import DemitasseError
 from demitasse.evaluation.records import ResultRecord, rescoring_extra
@@ -19,8 +20,6 @@ from demitasse.evaluation.tasks import EmbeddedTexts, Task
 from demitasse.model import CompressedModel
 
 logger = logging.getLogger(__name__)
-
-PRECISIONS = ("float32", "int8", "binary")
 
 
 @dataclass(frozen=True)
@@ -34,17 +33,15 @@ class EncoderStore:
 
 @dataclass(frozen=True)
 class CompressorSpec:
-    """A compressor as named on the command line: ``pca``, ``pca-abtt``, ``pca:whiten=true``."""
+    """A compressor as named on the command line: ``pca``, ``pca-abtt``, ``pca:whiten=true``
+    (``method`` and ``params`` from :func:`~demitasse.compress.resolve_compressor`)."""
 
     label: str
     method: str | None  # None: the encoder's own vectors, full width
     params: dict[str, object] = field(default_factory=dict)
 
     def build(self, input_dim: int, max_dim: int | None):  # noqa: ANN201
-        params = dict(self.params)
-        if params.get("abtt") == "auto":
-            # Mu & Viswanath remove about d/100 dominating directions.
-            params["abtt"] = max(1, input_dim // 100)
+        params = resolve_auto(dict(self.params), input_dim)
         if self.method is None:
             raise DemitasseError(f"{self.label!r} is the encoder's own vectors, not a compressor")
         return make_compressor(self.method, dim=max_dim, **params)
@@ -77,7 +74,9 @@ def evaluate_grid(
         p != "float32" for p in precisions
     )
     if needs_fit and not fit_texts:
-        raise DemitasseError("PCA, random projection and int8/binary need fit data (--fit-data)")
+        raise DemitasseError(
+            "PCA, random projection and quantised precisions need fit data (--fit-data)"
+        )
     texts = list(dict.fromkeys(t for task in tasks for t in task.texts()))
     vectors, fit_vectors = _encode_layers(encoder, texts, fit_texts, layers, batch_size)
     full_dim = encoder.dim

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from demitasse.arrays import unit_rows
-from demitasse.compress import Int8Quantizer, Quantizer
+from demitasse.compress import CodebookQuantizer, Int8Quantizer, Quantizer
 from demitasse.data import ScoredPairs
 from demitasse.errors import DataError
 from demitasse.evaluation.sts import spearman_x100
@@ -127,8 +127,11 @@ class EmbeddedTexts:
         return quantizer.quantize(vectors), quantizer
 
     def features_of(self, texts: Sequence[str]) -> np.ndarray:
-        """float32 features for a learned probe: the vector, the int8 codes, or the bits as 0/1."""
+        """float32 features for a learned probe: the vector, the int8 codes, the bits as 0/1,
+        or the vectors codebook codes stand for."""
         codes = self.codes_of(texts)
+        if isinstance(self.quantizer, CodebookQuantizer):
+            return self.quantizer.decode(codes)
         if self.precision == "binary":
             return np.unpackbits(codes, axis=1, count=self.dim).astype(np.float32)
         return codes.astype(np.float32)

@@ -28,7 +28,9 @@ def export_model(
     dim: int | None = None,
 ) -> Path:
     """Write ``model`` so that sentence-transformers (or model2vec) loads it and gives the
-    vectors demitasse gives; ``dim`` sets the default output width (``truncate_dim``)."""
+    vectors demitasse gives; ``dim`` sets the default output width (``truncate_dim``). A model
+    of product or residual codes (``pq16``, ``rq8``) is refused for sentence-transformers,
+    which cannot compute them (see :mod:`demitasse.export.sentence_transformers`)."""
     if format not in FORMATS:
         raise DemitasseError(f"unknown export format {format!r}; known: {', '.join(FORMATS)}")
     # Refuse an output that is not ours before the encoder loads.
@@ -40,6 +42,8 @@ def export_model(
         )
     if dim is not None:
         model.bytes_per_vector(dim)  # a one-line error for a width the model does not produce
+    if format == "sentence-transformers":
+        sentence_transformers.check_exportable(model.quantizer)  # before the encoder loads
     if format == "model2vec" and model.encoder_kind != "static":  # known before it loads
         raise _not_static()
     # Loading the encoder checks its files against the fingerprint recorded at fit time.

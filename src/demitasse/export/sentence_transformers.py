@@ -17,6 +17,13 @@ and demitasse installed. A fitted quantizer's parameters go into files that
 ``sentence_transformers.util.quantize_embeddings`` reproduces demitasse's codes from. The
 export's README.md says how to load it; ``demitasse_export.json`` records what was exported,
 including the widths a server may truncate the output to (``matryoshka_dims``).
+
+Only the precisions sentence-transformers can compute are exported: float32, int8 and binary
+(``quantize_embeddings``'s ``int8`` and ``ubinary``). Product and residual codes (``pq16``,
+``rq8``) are refused with an :class:`ExportError` that names the precision, rather than
+exported as float vectors alone: a folder that silently gave floats where the model gives
+codes would not compute what demitasse computes. Export the float vectors from a model fitted
+with precision float32 (or call :func:`export_sentence_transformer` without a quantizer).
 """
 
 from __future__ import annotations
@@ -28,7 +35,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from demitasse.compress import BinaryQuantizer, Compressor, Int8Quantizer, Quantizer
+from demitasse.compress import (
+    BinaryQuantizer,
+    Compressor,
+    Float32Quantizer,
+    Int8Quantizer,
+    Quantizer,
+)
 from demitasse.compress.base import AffineMap
 from demitasse.encoders.transformer import TransformerEncoder, layer_stack
 from demitasse.errors import ExportError
@@ -46,6 +59,8 @@ BINARY_ROTATION = "binary_rotation.safetensors"
 
 
 EXPORT_KIND = "sentence-transformers export"
+#: The quantisers whose codes sentence-transformers' ``quantize_embeddings`` reproduces.
+EXPORTABLE_QUANTIZERS = (Float32Quantizer, Int8Quantizer, BinaryQuantizer)
 
 
 def check_export_target(out: str | Path) -> Path:
@@ -68,8 +83,9 @@ def export_sentence_transformer(
 
     ``compressor`` is fitted on the vectors of ``layer`` (any registered method); ``dim``
     defaults to its output width, or the model's without one. ``quantizer`` (fitted on the
-    compressed vectors) adds its calibration to the export. Raises :class:`ExportError` (and
-    writes nothing) for what cannot be carried.
+    compressed vectors) adds its calibration to the export: float32, int8 or binary, the
+    precisions sentence-transformers computes (product and residual codes are refused). Raises
+    :class:`ExportError` (and writes nothing) for what cannot be carried.
     """
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.base.modules import Normalize
@@ -152,13 +168,22 @@ def _check_compressor(compressor: Compressor | None, width: int) -> int:
     return int(compressor.output_dim_)
 
 
+def check_exportable(quantizer: Quantizer | None) -> None:
+    """A one-line :class:`ExportError` for codes sentence-transformers cannot compute."""
+    if quantizer is not None and not isinstance(quantizer, EXPORTABLE_QUANTIZERS):
+        raise ExportError(
+            f"cannot export {quantizer.precision} codes: sentence-transformers has no "
+            "product/residual codes; export the float vectors with precision float32 (a model "
+            "fitted with --precision float32)"
+        )
+
+
 def _check_quantizer(quantizer: Quantizer | None, dim: int) -> None:
     if quantizer is None:
         return
     if not isinstance(quantizer, Quantizer) or (quantizer.needs_fit and not quantizer.is_fitted):
         raise ExportError(f"quantizer must be a fitted demitasse Quantizer, got {quantizer!r}")
-    if quantizer.precision not in ("float32", "int8", "binary"):
-        raise ExportError(f"cannot export a {quantizer.precision} quantizer")
+    check_exportable(quantizer)
     fitted = quantizer.metadata["input_dim"]
     if fitted is not None and fitted < dim:
         raise ExportError(

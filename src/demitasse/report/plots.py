@@ -24,12 +24,12 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from demitasse import metrics
+from demitasse.compress import sort_precisions
 from demitasse.errors import DataError
 from demitasse.evaluation.records import ResultRecord
 from demitasse.io import atomic_path
 from demitasse.report.tables import (
     EFFICIENCY,
-    PRECISION_ORDER,
     ConfigKey,
     Headline,
     config_key,
@@ -38,6 +38,9 @@ from demitasse.report.tables import (
 
 LINE_STYLES = {"float32": "-", "int8": "--", "binary": ":"}
 MARKERS = {"float32": "o", "int8": "s", "binary": "^"}
+#: The style of a precision not in LINE_STYLES / MARKERS (product codes, residual codes, ...).
+DEFAULT_LINE_STYLE = "-."
+DEFAULT_MARKER = "D"
 TASK_LABELS = {"sts": "STS", "classification": "Classification", "retrieval": "Retrieval"}
 SEARCH_SPEED = "queries_per_s"
 ENCODE_SPEED = "sentences_per_s"
@@ -323,8 +326,15 @@ def _one_model(keys: Iterable[ConfigKey], what: str) -> None:
 
 
 def _precisions(values: Iterable[str]) -> list[str]:
-    present = set(values)
-    return [p for p in PRECISION_ORDER if p in present] + sorted(present - set(PRECISION_ORDER))
+    return sort_precisions(values)
+
+
+def _line_style(precision: str) -> str:
+    return LINE_STYLES.get(precision, DEFAULT_LINE_STYLE)
+
+
+def _marker(precision: str) -> str:
+    return MARKERS.get(precision, DEFAULT_MARKER)
 
 
 def _task_label(task: str) -> str:
@@ -392,7 +402,7 @@ def _draw_lines(
         ax.plot(
             x,
             y,
-            LINE_STYLES.get(precision, "-."),
+            _line_style(precision),
             color=colours.get(method, "black"),
             marker="*" if lone else "o",
             markersize=9 if lone else 3,
@@ -408,7 +418,7 @@ def _line_legend(xs: Mapping[ConfigKey, float], colours: Colours) -> list[Line2D
     methods = list(dict.fromkeys(k[2] for k in xs))
     handles = [Line2D([], [], color=_colour(colours, m), lw=2, label=m) for m in methods]
     handles += [
-        Line2D([], [], color="0.35", ls=LINE_STYLES.get(p, "-."), lw=1.4, label=p)
+        Line2D([], [], color="0.35", ls=_line_style(p), lw=1.4, label=p)
         for p in _precisions(k[4] for k in xs)
     ]
     return handles
@@ -457,7 +467,7 @@ def _scatter_points(ax: plt.Axes, points: Sequence[Point], colours: Colours) -> 
             [p.speed for p in group],
             [p.quality for p in group],
             color=colours.get(method, "black"),
-            marker=MARKERS.get(precision, "D"),
+            marker=_marker(precision),
             s=26,
             alpha=0.75,
             linewidths=0,
@@ -504,7 +514,7 @@ def _pareto_legend(points: Sequence[Point], colours: Colours) -> list[Line2D]:
         Line2D([], [], color=_colour(colours, m), marker="o", ls="", label=m) for m in methods
     ]
     handles += [
-        Line2D([], [], color="0.35", marker=MARKERS.get(p, "D"), ls="", label=p)
+        Line2D([], [], color="0.35", marker=_marker(p), ls="", label=p)
         for p in _precisions(p.key[4] for p in points)
     ]
     handles.append(

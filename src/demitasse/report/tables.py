@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from demitasse.compress import precision_sort_key
 from demitasse.evaluation.records import ResultRecord
 
 EFFICIENCY = "efficiency"
@@ -21,7 +22,6 @@ HEADLINE_METRICS = {
     "clustering": "accuracy",
     "translation": "accuracy",
 }
-PRECISION_ORDER = ("float32", "int8", "binary")
 
 # (model, layer, method, dim, precision): one evaluated configuration.
 ConfigKey = tuple[str, int | None, str, int, str]
@@ -123,13 +123,15 @@ def headline(records: Sequence[ResultRecord], task: str) -> Headline:
 
 
 def sort_configs(keys: Sequence[ConfigKey]) -> list[ConfigKey]:
-    """Model and method in order of appearance, then layer, precision, dimension (widest first)."""
+    """Model and method in order of appearance, then layer, precision (float32, int8, binary,
+    then sized codes: :func:`~demitasse.compress.precision_sort_key`), dimension (widest
+    first)."""
     models = list(dict.fromkeys(k[0] for k in keys))
     methods = list(dict.fromkeys(k[2] for k in keys))
 
     def order(key: ConfigKey) -> tuple[object, ...]:
         model, layer, method, dim, precision = key
-        rank = PRECISION_ORDER.index(precision) if precision in PRECISION_ORDER else 99
+        rank = precision_sort_key(precision)
         return (models.index(model), layer is None, layer or 0, methods.index(method), rank, -dim)
 
     return sorted(dict.fromkeys(keys), key=order)

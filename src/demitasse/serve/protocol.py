@@ -4,9 +4,11 @@ Everything here is plain data in, plain data out, so that the HTTP layer only ma
 :class:`ApiError` to its status and every check can be read in one place.
 
 Extensions to OpenAI's format (documented in docs/serve.md): ``encoding_format`` also takes
-``"int8"`` (the model's int8 codes, a list of integers in -128..127) and ``"binary"`` (the sign
-bits packed eight to a byte, most significant bit first, as ``numpy.packbits``: a list of
-integers in 0..255, ``ceil(dimensions / 8)`` of them).
+the name of any precision with integer codes: ``"int8"`` (the model's int8 codes, a list of
+integers in -128..127), ``"binary"`` (the sign bits packed eight to a byte, most significant
+bit first, as ``numpy.packbits``: a list of integers in 0..255, ``ceil(dimensions / 8)`` of
+them), or codebook codes such as ``"pq16"`` (a list of 16 codeword indices in 0..255). The
+model answers only for the precisions it offers (``CompressedModel.precisions``).
 """
 
 from __future__ import annotations
@@ -18,8 +20,12 @@ from typing import Any
 
 import numpy as np
 
-#: encoding_format → the model precision that produces it.
-ENCODINGS = {"float": "float32", "base64": "float32", "int8": "int8", "binary": "binary"}
+from demitasse.compress import check_precision, make_quantizer, precision_help
+from demitasse.errors import DemitasseError
+
+#: OpenAI's encoding_format names → the model precision that produces them; any other value
+#: is a precision with integer codes, named as the quantiser registry names it.
+FLOAT_ENCODINGS = {"float": "float32", "base64": "float32"}
 
 
 class ApiError(Exception):
@@ -71,7 +77,7 @@ class EmbeddingRequest:
 
     @property
     def precision(self) -> str:
-        return ENCODINGS[self.encoding]
+        return FLOAT_ENCODINGS.get(self.encoding, self.encoding)
 
 
 def parse_request(body: bytes, served_name: str, limits: Limits) -> EmbeddingRequest:
@@ -96,10 +102,12 @@ def parse_request(body: bytes, served_name: str, limits: Limits) -> EmbeddingReq
     encoding = payload.get("encoding_format", "float")
     if encoding is None:
         encoding = "float"
-    if not isinstance(encoding, str) or encoding not in ENCODINGS:
+    if not is_encoding(encoding):
+        shown = repr(encoding)[:60]
         raise ApiError(
             400,
-            f"'encoding_format' must be one of {', '.join(ENCODINGS)}, got {encoding!r}",
+            f"'encoding_format' must be {' or '.join(FLOAT_ENCODINGS)}, or a precision of "
+            f"integer codes ({precision_help()}), got {shown}",
             param="encoding_format",
         )
     dim = payload.get("dimensions")
@@ -107,6 +115,20 @@ def parse_request(body: bytes, served_name: str, limits: Limits) -> EmbeddingReq
         raise ApiError(400, f"'dimensions' must be a positive integer, got {dim!r}",
                        param="dimensions")  # fmt: skip
     return EmbeddingRequest(texts, dim, encoding)
+
+
+def is_encoding(encoding: Any) -> bool:
+    """Whether ``encoding`` is an encoding_format: OpenAI's float ones, or the canonical name
+    of a precision whose codes are integers (float32 vectors go as float or base64)."""
+    if not isinstance(encoding, str):
+        return False
+    if encoding in FLOAT_ENCODINGS:
+        return True
+    try:
+        canonical = check_precision(encoding)
+    except DemitasseError:
+        return False
+    return canonical == encoding and make_quantizer(encoding).code_dtype.kind in "iu"
 
 
 def _texts(value: Any, limits: Limits) -> list[str]:

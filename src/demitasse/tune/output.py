@@ -15,7 +15,7 @@ from demitasse.tune.choice import HEADLINES, Outcome, Requirement
 from demitasse.tune.data import TuneData
 from demitasse.tune.encoding import EncodedTexts
 from demitasse.tune.scoring import LayerVectors, PairSide, Scorer, SearchSide
-from demitasse.tune.space import RESCORE_PRECISION, Configuration
+from demitasse.tune.space import RESCORE_PRECISION, Configuration, quantizer_params
 
 
 @dataclass(frozen=True)
@@ -121,8 +121,7 @@ def _extra(outcome: Outcome, needed: Requirement, chosen: bool, kind: str) -> di
         rescore_bytes_per_vector=outcome.rescore_bytes,
     )
     extra |= {"tune": True, "encode_texts_per_s": outcome.speed, "chosen": chosen}
-    if config.precision == "binary":
-        extra["rotation"] = "itq"
+    extra |= quantizer_params(config.precision)
     if outcome.latency_p50_ms is not None:
         extra |= {
             "latency_p50_ms": outcome.latency_p50_ms,

@@ -15,11 +15,21 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from demitasse.errors import DataError
+from demitasse.compress import (
+    check_precision,
+    make_quantizer,
+    precision_help,
+    resolve_compressor,
+)
+from demitasse.compress.vocabulary import plain_precisions
+from demitasse.errors import DataError, DemitasseError
 
-#: Compressors in the order the sweep fits them (the adaptor last: it trains for minutes).
+#: Compressors in the order the sweep fits them (the adaptor last: it trains for minutes);
+#: names as :func:`~demitasse.compress.resolve_compressor` takes them.
 METHODS: tuple[str, ...] = ("none", "truncate", "pca", "pca-whiten", "adaptor")
-PRECISIONS: tuple[str, ...] = ("float32", "int8", "binary")
+#: The precisions swept by default: the registry's plain ones (float32, int8, binary); a
+#: space may take any registered precision.
+PRECISIONS: tuple[str, ...] = tuple(plain_precisions())
 RESCORE_FACTORS: tuple[int, ...] = (1, 2, 4, 10)
 #: The narrowest width swept: below it, even PCA keeps little of a sentence's meaning.
 MIN_DIM = 8
@@ -32,14 +42,8 @@ RESCORE_PRECISION = "int8"
 #: which doubles the sweep; its speed is measured like torch's, so ``--min-speed`` can pick it.
 BACKENDS: tuple[str, ...] = ("torch",)
 
-#: Each method as CompressedModel builds it: (registered compressor, its parameters).
-_COMPRESSORS: dict[str, tuple[str | None, dict[str, Any]]] = {
-    "none": (None, {}),
-    "truncate": ("truncate", {}),
-    "pca": ("pca", {}),
-    "pca-whiten": ("pca", {"whiten": True}),
-    "adaptor": ("adaptor", {}),
-}
+#: Quantiser options of a precision in the sweep (and in the model it writes).
+_QUANTIZER_PARAMS: dict[str, dict[str, Any]] = {"binary": {"rotation": BINARY_ROTATION}}
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ class Configuration:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise DataError(f"unknown tune method {self.method!r}; known: {', '.join(METHODS)}")
-        if self.precision not in PRECISIONS:
+        if not _is_canonical_precision(self.precision):
             raise DataError(f"unknown precision {self.precision!r}")
         if self.rescore is not None and self.precision == "float32":
             raise DataError("float32 search is exact: it has nothing better to rescore with")
@@ -79,9 +83,7 @@ class Configuration:
 
     def index_bytes(self) -> int:
         """Bytes per document held in memory by the index: the codes."""
-        if self.precision == "binary":
-            return -(-self.dim // 8)
-        return self.dim * (4 if self.precision == "float32" else 1)
+        return make_quantizer(self.precision).bytes_per_vector(self.dim)
 
     def rescore_bytes(self, full_dim: int) -> int:
         """Bytes per document kept for rescoring: int8 codes of the full encoder output."""
@@ -98,8 +100,8 @@ class Configuration:
         }
         if params:
             settings["compressor_params"] = dict(params)
-        if self.precision == "binary":
-            settings["quantizer_params"] = {"rotation": BINARY_ROTATION}
+        if quantizer_params(self.precision):
+            settings["quantizer_params"] = quantizer_params(self.precision)
         if self.rescore is not None:
             settings["rescore_factor"] = self.rescore
             settings["rescore_precision"] = RESCORE_PRECISION
@@ -125,8 +127,19 @@ class Configuration:
 def compressor_of(method: str) -> tuple[str | None, dict[str, Any]]:
     """The registered compressor a tune method builds, and its parameters (None: no
     compressor, the encoder's own vectors)."""
-    compressor, params = _COMPRESSORS[method]
-    return compressor, dict(params)
+    return resolve_compressor(method)
+
+
+def quantizer_params(precision: str) -> dict[str, Any]:
+    """The quantiser options the sweep codes ``precision`` with: binary codes are ITQ-rotated."""
+    return dict(_QUANTIZER_PARAMS.get(precision, {}))
+
+
+def _is_canonical_precision(precision: Any) -> bool:
+    try:
+        return check_precision(precision) == precision
+    except DemitasseError:
+        return False
 
 
 def halving_dims(full_dim: int, min_dim: int = MIN_DIM) -> list[int]:
@@ -168,8 +181,9 @@ class SweepSpace:
         if "none" not in self.methods:
             # The full model is what every retention is measured against.
             raise DataError("the sweep needs method 'none': the full model is the reference")
-        if any(p not in PRECISIONS for p in self.precisions) or "float32" not in self.precisions:
-            raise DataError(f"tune precisions must include float32, from {', '.join(PRECISIONS)}")
+        known = all(_is_canonical_precision(p) for p in self.precisions)
+        if not known or "float32" not in self.precisions:
+            raise DataError(f"tune precisions must include float32, from {precision_help()}")
         if "torch" not in self.backends:
             # The full model in torch is what every retention is measured against.
             raise DataError("the tune backends must include torch: the full model is the reference")

@@ -30,11 +30,11 @@ from demitasse.tune.data import TuneData
 from demitasse.tune.encoding import EncodedTexts, encode, measure_speeds, speed_sample
 from demitasse.tune.scoring import LayerVectors, PairSide, Scorer, SearchSide, TextRows, headline_of
 from demitasse.tune.space import (
-    BINARY_ROTATION,
     Configuration,
     EncoderLayers,
     SweepSpace,
     compressor_of,
+    quantizer_params,
 )
 from demitasse.tune.store import STORE_FILE, ResultsStore
 
@@ -369,8 +369,7 @@ def _compressing(compressor: Compressor | None, dim: int) -> Callable[[np.ndarra
 
 def _quantizer(precision: str, reduced_corpus: np.ndarray) -> Quantizer:
     """The precision's quantiser, calibrated on the corpus at the configuration's width."""
-    params = {"rotation": BINARY_ROTATION} if precision == "binary" else {}
-    quantizer = make_quantizer(precision, **params)
+    quantizer = make_quantizer(precision, **quantizer_params(precision))
     return quantizer.fit(reduced_corpus) if precision != "float32" else quantizer
 
 
