@@ -9,14 +9,15 @@ code, so a configuration scores exactly as it answers.
 Search spaces, matching how each precision is stored and compared elsewhere:
 
 - ``"cosine"`` (default): inner product of L2-normalised float32 vectors (``IndexFlatIP``).
-  int8 codes are searched as normalised float32 copies, i.e. the cosine of the integer codes,
-  which is what ``Int8Quantizer.similarity`` computes.
+  :func:`exact_search` given int8 codes searches them as normalised float32 copies (the cosine
+  of the integer codes); :class:`QuantizedIndex` scores int8 codes asymmetrically instead.
 - ``"l2"``: Euclidean distance of the raw vectors (``IndexFlatL2``), Espresso's RAG setting.
 - ``"hamming"``: packed binary codes (``IndexBinaryFlat``); similarity = bits agreeing,
   as in ``BinaryQuantizer.similarity``.
 - ``"asymmetric"``: codes whose quantiser scores a float query against them
-  (``quantizer.asymmetric``: product and residual codes, through lookup tables); the query is
-  never coded. Used by :class:`QuantizedIndex` only; it scores in ``metric_space``.
+  (``quantizer.asymmetric``: int8 codes as their bucket centres, product and residual codes
+  through lookup tables); the query is never coded. Used by :class:`QuantizedIndex` only; it
+  scores in ``metric_space``.
 
 Ties: hits come best first, and equal scores are ordered by corpus row, earlier first. faiss
 also keeps the earlier rows when a tie straddles the k-th place, so the top k is the first k
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -280,7 +281,7 @@ class QuantizedIndex:
         self.search_metric = search_metric_of(quantizer, metric_space)
         self.codes = codes
         self.n_bits = 8 * codes.shape[1] if dim is None else int(dim)
-        if isinstance(quantizer, CodebookQuantizer):
+        if quantizer.asymmetric:
             self._scan = AsymmetricScan(quantizer, codes, metric_space)
         else:
             self._index = build_index(codes, self.search_metric)
@@ -479,32 +480,42 @@ class QuantizedIndex:
 def search_metric_of(quantizer: Quantizer, metric_space: str = "cosine") -> str:
     """How codes of ``quantizer`` are searched: ``"asymmetric"`` (the float query against the
     codes), ``"hamming"`` (packed bits) or the float ``metric_space``."""
-    if isinstance(quantizer, CodebookQuantizer):
+    if quantizer.asymmetric:
         return "asymmetric"
     return "hamming" if quantizer.code_dtype == np.uint8 else metric_space
 
 
 class AsymmetricScan:
-    """Brute-force search of codebook codes with lookup tables, as faiss's flat PQ index does:
-    per query one table of ``⟨query, codeword⟩``, then lookups and adds per code byte.
+    """Brute-force search that scores the float query against the documents' codes, as faiss's
+    flat PQ and SQ indexes do, through the quantiser's own ``score``.
 
-    The codes are kept column by column, and pairs of code bytes are looked up together in a
-    65,536-entry table (the sum of their two tables), which halves the lookups; the quantiser
-    finishes the sums (the norm byte turns them into cosines). Scores equal
-    ``quantizer.score`` up to float32 summation order.
+    Codebook codes take a faster path with the same arithmetic: per query one table of
+    ``⟨query, codeword⟩``; the codes are kept column by column, and pairs of code bytes are
+    looked up together in a 65,536-entry table (the sum of their two tables), which halves the
+    lookups; the quantiser finishes the sums (the norm byte turns them into cosines). Scores
+    equal ``quantizer.score`` up to float32 summation order.
     """
 
-    def __init__(self, quantizer: CodebookQuantizer, codes: np.ndarray, metric_space: str) -> None:
+    #: Queries scored at once by quantisers without the table path (int8).
+    QUERY_BLOCK = 64
+
+    def __init__(self, quantizer: Quantizer, codes: np.ndarray, metric_space: str) -> None:
         self.quantizer = quantizer
         self.metric = "cosine" if metric_space == "cosine" else "l2"
         self.codes = codes
-        words = np.ascontiguousarray(codes[:, : quantizer.n_codebooks])
-        paired = words.shape[1] // 2 * 2
-        self._pairs = np.ascontiguousarray(np.ascontiguousarray(words[:, :paired]).view("<u2").T)
-        self._last = np.ascontiguousarray(words[:, paired]) if words.shape[1] % 2 else None
+        self._pairs: np.ndarray | None = None
+        self._last: np.ndarray | None = None
+        if isinstance(quantizer, CodebookQuantizer):
+            words = np.ascontiguousarray(codes[:, : quantizer.n_codebooks])
+            paired = words.shape[1] // 2 * 2
+            self._pairs = np.ascontiguousarray(
+                np.ascontiguousarray(words[:, :paired]).view("<u2").T
+            )
+            self._last = np.ascontiguousarray(words[:, paired]) if words.shape[1] % 2 else None
 
-    def _scan(self, query: np.ndarray) -> np.ndarray:
-        scored, tables = self.quantizer.query_tables(query[None, :], self.metric)
+    def _table_scan(self, quantizer: CodebookQuantizer, query: np.ndarray) -> np.ndarray:
+        assert self._pairs is not None
+        scored, tables = quantizer.query_tables(query[None, :], self.metric)
         table = tables[0]
         total = np.zeros(self.codes.shape[0], np.float32)
         for pair, columns in enumerate(self._pairs):
@@ -512,23 +523,34 @@ class AsymmetricScan:
             total += np.take(joint, columns)
         if self._last is not None:
             total += np.take(table[-1], self._last)
-        return self.quantizer.finish_scores(scored, total[None, :], self.codes, self.metric)[0]
+        return quantizer.finish_scores(scored, total[None, :], self.codes, self.metric)[0]
+
+    def _score_blocks(self, queries: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """``(first query, scores [b, n])`` for blocks of queries."""
+        quantizer = self.quantizer
+        if isinstance(quantizer, CodebookQuantizer):
+            for i, query in enumerate(queries):
+                yield i, self._table_scan(quantizer, query)[None, :]
+            return
+        for start in range(0, len(queries), self.QUERY_BLOCK):
+            block = queries[start : start + self.QUERY_BLOCK]
+            yield start, quantizer.score(block, self.codes, self.metric)
 
     def search(self, queries: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
         """The top ``depth`` rows per query, best first, equal scores by row."""
         n = self.codes.shape[0]
         all_scores = np.empty((len(queries), depth), np.float32)
         all_rows = np.empty((len(queries), depth), np.int64)
-        for i, query in enumerate(queries):
-            scores = self._scan(query)
-            if depth < n:
-                # Every row at least as good as the depth-th best: ties at the cut stay whole.
-                cut = np.partition(scores, n - depth)[n - depth]
-                rows = np.flatnonzero(scores >= cut)
-            else:
-                rows = np.arange(n)
-            best, kept = _best_first(scores[rows][None, :], rows[None, :], depth)
-            all_scores[i], all_rows[i] = best[0], kept[0]
+        for first, block in self._score_blocks(queries):
+            for offset, scores in enumerate(block):
+                if depth < n:
+                    # Every row at least as good as the depth-th best: ties at the cut stay.
+                    cut = np.partition(scores, n - depth)[n - depth]
+                    rows = np.flatnonzero(scores >= cut)
+                else:
+                    rows = np.arange(n)
+                best, kept = _best_first(scores[rows][None, :], rows[None, :], depth)
+                all_scores[first + offset], all_rows[first + offset] = best[0], kept[0]
         return all_scores, all_rows
 
     def scores_of(self, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:

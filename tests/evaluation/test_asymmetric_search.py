@@ -27,7 +27,8 @@ def quantizer(request, corpus):
 def test_search_metric_of(quantizer):
     assert search_metric_of(quantizer) == "asymmetric"
     assert search_metric_of(make_quantizer("binary")) == "hamming"
-    assert search_metric_of(make_quantizer("int8"), "l2") == "l2"
+    assert search_metric_of(make_quantizer("int8"), "l2") == "asymmetric"
+    assert search_metric_of(make_quantizer("float32"), "l2") == "l2"
 
 
 def test_scan_matches_the_quantizer_scores(quantizer, corpus):

@@ -27,7 +27,7 @@ from demitasse.evaluation.ranking_metrics import (
 )
 from demitasse.evaluation.retrieval import RetrievalTask
 from demitasse.evaluation.tasks import EmbeddedTexts
-from demitasse.search import exact_search
+from demitasse.search import QuantizedIndex, exact_search
 from tests.helpers import FakeEncoder
 
 # ---- loader ---------------------------------------------------------------------------------
@@ -243,18 +243,25 @@ def test_float_search_equals_numpy_top_k(metric: str) -> None:
 
 
 @needs_faiss
-def test_int8_search_is_exact_cosine_of_the_codes() -> None:
+def test_int8_search_scores_the_float_query_against_bucket_centres() -> None:
     rng = np.random.default_rng(1)
     quantizer = make_quantizer("int8").fit(rng.standard_normal((200, 32)))
-    queries = quantizer.quantize(rng.standard_normal((30, 32)))
+    queries = rng.standard_normal((30, 32)).astype(np.float32)
     corpus = quantizer.quantize(rng.standard_normal((500, 32)))
-    scores, rows = exact_search(queries, corpus, k=20)
-    # Reference: the quantizer's own similarity for every query × document pair.
-    similarity = np.stack(
-        [quantizer.similarity(np.repeat(q[None], len(corpus), 0), corpus) for q in queries]
-    )
+    scores, rows = QuantizedIndex(corpus, quantizer).search(queries, 20)
+    # Reference: the cosine of each float query and each code's bucket centres.
+    decoded = quantizer.dequantize(corpus)
+    similarity = (queries / np.linalg.norm(queries, axis=1, keepdims=True)) @ (
+        decoded / np.linalg.norm(decoded, axis=1, keepdims=True)
+    ).T
     np.testing.assert_array_equal(rows, _stable_top_k(similarity, 20))
-    np.testing.assert_allclose(scores, np.take_along_axis(similarity, rows, 1), atol=1e-6)
+    np.testing.assert_allclose(scores, np.take_along_axis(similarity, rows, 1), atol=1e-5)
+    # Paired codes compare the same way: the cosine of their bucket centres.
+    paired = quantizer.similarity(corpus[:10], corpus[10:20])
+    expected = (decoded[:10] * decoded[10:20]).sum(1) / (
+        np.linalg.norm(decoded[:10], axis=1) * np.linalg.norm(decoded[10:20], axis=1)
+    )
+    np.testing.assert_allclose(paired, expected, atol=1e-6)
 
 
 @needs_faiss
@@ -354,7 +361,7 @@ def test_task_searches_past_a_query_that_is_its_own_document(precision: str) -> 
     row = {"the query": [1, 0], "good doc": [0.9, 0.3], "also good": [0.7, 0.7], "far doc": [-1, 0]}
     vectors = np.array([row[t] for t in texts], np.float32)
     quantizer = make_quantizer(precision).fit(vectors)
-    embedded = EmbeddedTexts(texts, vectors, quantizer, dim=2)
+    embedded = EmbeddedTexts(texts, quantizer.quantize(vectors), quantizer, dim=2, vectors=vectors)
     scores = {s.metric: s.score for s in task.evaluate(embedded) if s.dataset == "SelfHits"}
     assert scores["ndcg@1"] == pytest.approx(100.0)
     assert scores["recall@2"] == pytest.approx(100.0)

@@ -73,8 +73,8 @@ def test_matrix_search_agrees_with_the_quantizer_similarity(precision: str) -> N
     if precision == "binary":
         q_feat = np.unpackbits(q_codes, axis=1, count=12).astype(np.float32)
         c_feat = np.unpackbits(c_codes, axis=1, count=12).astype(np.float32)
-    else:
-        q_feat, c_feat = q_codes.astype(np.float32), c_codes.astype(np.float32)
+    else:  # int8 codes compare as their bucket centres
+        q_feat, c_feat = quantizer.dequantize(q_codes), quantizer.dequantize(c_codes)
     fast = translation_accuracy(q_feat, c_feat, np.arange(60), hamming=precision == "binary")
     assert fast == pytest.approx(_brute_force(quantizer, q_codes, c_codes, 12))
     assert 0 < fast < 100

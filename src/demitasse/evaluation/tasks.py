@@ -127,11 +127,14 @@ class EmbeddedTexts:
         return quantizer.quantize(vectors), quantizer
 
     def features_of(self, texts: Sequence[str]) -> np.ndarray:
-        """float32 features for a learned probe: the vector, the int8 codes, the bits as 0/1,
-        or the vectors codebook codes stand for."""
+        """float32 features for a learned probe, clustering or translation search: the
+        vector, the values codes stand for (int8 bucket centres, decoded codebook codes), or
+        the bits as 0/1."""
         codes = self.codes_of(texts)
         if isinstance(self.quantizer, CodebookQuantizer):
             return self.quantizer.decode(codes)
+        if isinstance(self.quantizer, Int8Quantizer):
+            return self.quantizer.dequantize(codes)
         if self.precision == "binary":
             return np.unpackbits(codes, axis=1, count=self.dim).astype(np.float32)
         return codes.astype(np.float32)

@@ -94,7 +94,7 @@ def _direction_accuracy(
     unique = list(dict.fromkeys(candidates))
     index = {text: i for i, text in enumerate(unique)}
     gold = np.fromiter((index[t] for t in candidates), dtype=np.int64, count=len(candidates))
-    # features_of: float32 vectors, int8 codes as floats, or binary codes as 0/1 bits.
+    # features_of: float32 vectors, int8 bucket centres, or binary codes as 0/1 bits.
     return translation_accuracy(
         embedded.features_of(queries),
         embedded.features_of(unique),
