@@ -67,7 +67,7 @@ METRIC_NAMES = {"ndcg@10": "nDCG@10 (SciFact test)", "sts": "STS average (7 sets
 PAIR_QUERIES = 1000
 #: What a label-free record keeps of its configuration's retrieval extra.
 DESCRIBING = ("configuration", "rotation", "omp_num_threads", "rescore", "rescore_precision",
-              "rescore_source", "index_bytes_per_vector", "rescore_bytes_per_vector")  # fmt: skip
+              "rescore_source", "index_bytes", "store_bytes")  # fmt: skip
 
 
 class Variant(NamedTuple):
@@ -202,8 +202,8 @@ def by_configuration(records: Sequence[ResultRecord]) -> dict[str, dict[str, Any
         row = table.setdefault(r.extra["configuration"], {})
         if r.task == "retrieval" and r.dataset == "SciFact":
             row[r.metric] = r.score
-            row["index"] = r.extra["index_bytes_per_vector"]
-            row["rescore"] = r.extra["rescore_bytes_per_vector"]
+            row["index"] = r.extra["index_bytes"]
+            row["rescore"] = r.extra["store_bytes"]
         elif r.task == "sts" and r.dataset == "avg":
             row["sts"] = r.score
         elif r.task == "label_free":

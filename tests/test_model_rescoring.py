@@ -213,11 +213,11 @@ def test_evaluate_model_scores_a_rescoring_model_as_it_searches(
         assert retrieval[metric].score == pytest.approx(value)
     described = {
         "rescore": 4, "rescore_precision": "int8", "rescore_source": "encoder",
-        "index_bytes_per_vector": 1, "rescore_bytes_per_vector": WIDTH,
+        "index_bytes": 1, "store_bytes": WIDTH,
     }  # fmt: skip
     for record in records:
         assert described.items() <= record.extra.items()
-        assert record.bytes_per_vector == 1
+        assert record.bytes_per_vector == 1 + WIDTH  # the codes and the rescoring copy
     # A pair scores as rescoring scores it: the float query against the kept int8 vector.
     kept = model.rescore_quantizer.dequantize(model.transform_for_rescoring(docs[:30]))
     similarity = (unit(kept) * unit(queries)).sum(axis=1)

@@ -275,19 +275,26 @@ def score_embedded(
     **fields: Any,
 ) -> list[ResultRecord]:
     """One record per score of every task on ``embedded``; ``fields`` fill the rest of each
-    record (model, layer, method, dim, precision, bytes_per_vector, fit_data)."""
-    return [
-        ResultRecord(
-            task=task.name,
-            dataset=score.dataset,
-            metric=score.metric,
-            score=score.score,
-            extra={**score.extra, **(extra or {})},
-            **fields,
-        )
-        for task in tasks
-        for score in task.evaluate(embedded)
-    ]
+    record (model, layer, method, dim, precision, bytes_per_vector, fit_data). A score whose
+    ``extra`` counts ``index_bytes`` and ``store_bytes`` (a search) costs their sum."""
+    records = []
+    for task in tasks:
+        for score in task.evaluate(embedded):
+            merged = {**score.extra, **(extra or {})}
+            record_fields = dict(fields)
+            if "index_bytes" in merged and "store_bytes" in merged:
+                record_fields["bytes_per_vector"] = merged["index_bytes"] + merged["store_bytes"]
+            records.append(
+                ResultRecord(
+                    task=task.name,
+                    dataset=score.dataset,
+                    metric=score.metric,
+                    score=score.score,
+                    extra=merged,
+                    **record_fields,
+                )
+            )
+    return records
 
 
 def evaluate_vectors(

@@ -73,16 +73,17 @@ def rescoring_extra(
 ) -> dict[str, Any]:
     """What a search record carries in ``extra`` about its rescoring: the factor F (1 without
     rescoring), the precision of the document vectors kept for it and where they come from
-    (``"compressed"`` or ``"encoder"``; both None without), and the bytes per vector held in
-    memory by the index and kept for rescoring, separately (the record's
-    ``bytes_per_vector`` is the stored codes', as for every other task)."""
+    (``"compressed"`` or ``"encoder"``; both None without), and the bytes a document costs,
+    separately: ``index_bytes`` (the codes the first stage searches) and ``store_bytes``
+    (anything else kept per document, such as the rescoring copy). A record that carries them
+    has ``bytes_per_vector`` = their sum: every byte a document costs, wherever it lives."""
     factor = float(rescore)
     return {
         "rescore": int(factor) if factor.is_integer() else factor,
         "rescore_precision": rescore_precision,
         "rescore_source": rescore_source,
-        "index_bytes_per_vector": int(index_bytes_per_vector),
-        "rescore_bytes_per_vector": int(rescore_bytes_per_vector),
+        "index_bytes": int(index_bytes_per_vector),
+        "store_bytes": int(rescore_bytes_per_vector),
     }
 
 
