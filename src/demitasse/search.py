@@ -516,7 +516,10 @@ class AsymmetricScan:
     def _table_scan(self, quantizer: CodebookQuantizer, query: np.ndarray) -> np.ndarray:
         assert self._pairs is not None
         scored, tables = quantizer.query_tables(query[None, :], self.metric)
-        table = tables[0]
+        # A pair of code bytes indexes the joint table as low + 256 · high, so a codebook
+        # learned with fewer than 256 codewords (few calibration rows) is padded to 256.
+        table = np.zeros((tables.shape[1], 256), np.float32)
+        table[:, : tables.shape[2]] = tables[0]
         total = np.zeros(self.codes.shape[0], np.float32)
         for pair, columns in enumerate(self._pairs):
             joint = (table[2 * pair + 1][:, None] + table[2 * pair][None, :]).ravel()

@@ -61,6 +61,15 @@ def test_quantized_index_searches_codes_asymmetrically(quantizer, corpus):
     assert (rows[:, 0] == np.arange(10, 20)).mean() >= 0.6
 
 
+def test_codebooks_of_fewer_than_256_codewords(corpus):
+    quantizer = make_quantizer("rq5", iterations=4).fit(corpus[:90])
+    assert quantizer.n_codewords_ == 90
+    codes = quantizer.quantize(corpus)
+    scores, rows = AsymmetricScan(quantizer, codes, "cosine").search(corpus[:4], 6)
+    expected = quantizer.score(corpus[:4], codes)
+    np.testing.assert_allclose(scores, np.take_along_axis(expected, rows, axis=1), rtol=1e-5)
+
+
 def test_asymmetric_codes_rescore_with_kept_vectors(corpus):
     quantizer = make_quantizer("rq3", iterations=6).fit(corpus)
     index = QuantizedIndex.from_vectors(corpus, quantizer, rescore="float32")

@@ -56,7 +56,7 @@ def encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny"))
 
 
-#: Binary codes go through LanceDB's Hamming search, int8 and float32 through a scan.
+#: Binary codes go through LanceDB's Hamming search, the others through a scan.
 CONFIGS: dict[str, dict] = {
     "binary-itq-rescored": {"compressor": "pca", "dim": 16, "precision": "binary",
                             "quantizer_params": {"rotation": "itq"}, "rescore_factor": 4,
@@ -65,6 +65,9 @@ CONFIGS: dict[str, dict] = {
     "int8-rescored-float32": {"compressor": "pca", "dim": 8, "precision": "int8",
                               "rescore_factor": 3, "rescore_precision": "float32"},
     "float32": {"compressor": "pca", "dim": 12},
+    # Codebook codes: stored as fixed-size uint8 lists, scanned, scored asymmetrically.
+    "rq-codes": {"compressor": "pca", "dim": 16, "precision": "rq6",
+                 "quantizer_params": {"iterations": 5}},
 }  # fmt: skip
 
 
