@@ -379,6 +379,16 @@ ROWS: list[tuple[str, list[str], str]] = [
         ["--corpus", "{texts}", "--max-bytes", "8", "--backends", "onnx,trt", "--out", "{new}/m"],
         "unknown backend 'trt'",
     ),
+    (
+        "tune",
+        ["--corpus", "{texts}", "--max-bytes", "8", "--budget", "disk", "--out", "{new}/m"],
+        "--budget must be total or memory",
+    ),
+    (
+        "tune",
+        ["--corpus", "{texts}", "--max-bytes", "8", "--codes", "rq8,int8", "--out", "{new}/m"],
+        "--codes takes codebook codes",
+    ),
     ("tune", ["--corpus", "{texts}", "--max-bytes", "8", "--out", "{victim}"], "refusing"),
     ("tune", ["--corpus", "{texts}", "--max-bytes", "8", "--out", "{notes}"], "refusing"),
     (

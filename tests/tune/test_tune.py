@@ -32,7 +32,14 @@ from demitasse.tune import (
     tune,
 )
 from demitasse.tune.scoring import TOP_K, Scorer
-from demitasse.tune.space import EncoderLayers, halving_dims, parse_backends, parse_methods
+from demitasse.tune.space import (
+    CODES,
+    EncoderLayers,
+    halving_dims,
+    parse_backends,
+    parse_codes,
+    parse_methods,
+)
 from demitasse.tune.store import STORE_FILE, ResultsStore
 from tests.helpers import WORDS, build_tiny_model
 
@@ -109,11 +116,12 @@ def test_the_space_crosses_methods_widths_precisions_and_rescoring() -> None:
     }
     assert {c.rescore for c in configs if c.precision == "float32"} == {None}
     assert {c.rescore for c in configs if c.precision != "float32"} == {None, 1, 2, 4, 10}
-    per_layer = (1 + 2 + 3 + 3 + 2) * (1 + 5 + 5)
+    per_layer = (1 + 2 + 3 + 3 + 2) * (1 + 5 + 5) + len(CODES)  # codes: full width only
     assert len(configs) == 2 * per_layer
     assert space.smallest_index().index_bytes() == 1  # binary codes of 8 dims
     pairs = SweepSpace(methods=("none",), search=False, encoders=space.encoders)
     assert {c.rescore for c in pairs.configurations()} == {None}
+    assert pairs.codes == ()  # nothing is searched: no codes unless asked for
 
 
 def test_a_configuration_knows_its_bytes_its_model_and_its_key() -> None:
@@ -139,6 +147,39 @@ def test_a_configuration_knows_its_bytes_its_model_and_its_key() -> None:
     assert parse_methods("pca,truncate") == ("none", "pca", "truncate")
     with pytest.raises(DataError, match="unknown tune method 'smec'"):
         parse_methods("pca,smec")
+
+
+def test_codebook_codes_are_tried_on_the_encoders_full_output_only() -> None:
+    encoders = (EncoderLayers("m", 32, (1, 2)),)
+    space = SweepSpace(methods=("none", "pca"), codes=("rq08", "pq8"), encoders=encoders)
+    assert space.codes == ("rq8", "pq8")  # canonical names
+    configs = list(space.configurations())
+    coded = [c for c in configs if c.precision in space.codes]
+    # Method none, the full width, no rescoring: searched asymmetrically, they learn their
+    # own subspace and take exactly the width they were fitted on.
+    assert {(c.layer, c.method, c.dim, c.precision, c.rescore) for c in coded} == {
+        (layer, "none", 32, code, None) for layer in (1, 2) for code in ("rq8", "pq8")
+    }
+    without = SweepSpace(methods=("none", "pca"), codes=(), encoders=encoders)
+    assert len(configs) == len(list(without.configurations())) + 4
+    assert coded[0].index_bytes() == 8 and coded[0].rescore_bytes(32) == 0
+    assert coded[0].model_settings() == {"compressor": None, "dim": None, "precision": "rq8"}
+    # A code among the precisions too is not tried twice at full width.
+    both = SweepSpace(methods=("none",), precisions=("float32", "rq8"), codes=("rq8",),
+                      encoders=encoders)  # fmt: skip
+    keys = [c.key for c in both.configurations()]
+    assert len(keys) == len(set(keys))
+    # By default: codes where documents are searched, none for scored pairs unless asked.
+    assert SweepSpace().codes == CODES and SweepSpace(search=False).codes == ()
+    assert SweepSpace(search=False, codes=("rq8",)).codes == ("rq8",)
+    assert parse_codes("rq8, RQ16,rq8") == ("rq8", "rq16") and parse_codes("none") == ()
+    from demitasse.cli.tune_command import DEFAULT_CODES
+
+    assert parse_codes(DEFAULT_CODES) == CODES
+    with pytest.raises(DataError, match="codebook codes such as rq16 or pq16"):
+        SweepSpace(codes=("binary",))
+    with pytest.raises(DataError, match="unknown precision 'pq0x'"):
+        parse_codes("rq8,pq0x")
 
 
 # ---- Pareto front and the choice -------------------------------------------------------------
@@ -203,6 +244,45 @@ def test_the_choice_is_the_fewest_index_bytes_that_meet_the_target() -> None:
     assert best.config.encoder == "enough"
 
 
+def test_the_budget_decides_whether_the_rescoring_copy_counts() -> None:
+    # 16 bytes of codes in memory and 384 of int8 on disk against 64 bytes of codes alone.
+    two_stage = _outcome("two-stage", 16, 63.5, rescore_bytes=384)
+    single = _outcome("single", 64, 63.0)
+    full = _outcome("full", 1536, 64.0)
+    outcomes = [two_stage, single, full]
+    total, memory = Target(min_retention=0.97), Target(min_retention=0.97, budget="memory")
+    assert total.budget == "total"
+    assert (two_stage.budget_bytes(), two_stage.budget_bytes("memory")) == (400, 16)
+    needed = requirement("retrieval", full.quality, total)
+    assert choose(outcomes, total, needed) is single  # 64 bytes against 400
+    assert choose(outcomes, memory, needed) is two_stage  # 16 index bytes against 64
+    assert [o.config.encoder for o in pareto_front(outcomes)] == ["single", "two-stage", "full"]
+    assert [o.config.encoder for o in pareto_front(outcomes, "memory")] == ["two-stage", "full"]
+    # Equal totals: the fewer bytes held in memory; equal codes: the smaller rescoring copy.
+    in_memory = _outcome("in-memory", 400, 63.5)
+    assert choose([in_memory, two_stage], total, needed) is two_stage
+    same_codes = _outcome("no-copy", 16, 63.5)
+    assert choose([two_stage, same_codes], memory, needed) is same_codes
+    assert two_stage.describe_bytes() == "400 bytes a vector (16 index + 384 rescoring)"
+    assert two_stage.describe_bytes("memory") == "16 index bytes a vector"
+    with pytest.raises(DataError, match="--budget must be total or memory, got 'disk'"):
+        Target(min_retention=0.97, budget="disk")
+
+
+def test_max_bytes_counts_the_budgets_bytes() -> None:
+    two_stage = _outcome("two-stage", 16, 63.5, rescore_bytes=384)
+    outcomes = [two_stage, _outcome("single", 64, 63.0), _outcome("full", 1536, 64.0)]
+    total, memory = Target(max_bytes=100), Target(max_bytes=100, budget="memory")
+    assert not total.within_limits(two_stage) and memory.within_limits(two_stage)
+    # Limits without a target: the best quality within them.
+    assert choose(outcomes, total, requirement("retrieval", 64.0, total)).config.encoder == (
+        "single"
+    )
+    assert choose(outcomes, memory, requirement("retrieval", 64.0, memory)) is two_stage
+    assert total.describe_limits() == "at most 100 bytes a vector (codes + rescoring copy)"
+    assert memory.describe_limits() == "at most 100 index bytes a vector"
+
+
 def test_a_retention_over_judged_queries_must_hold_with_confidence() -> None:
     full = Outcome(Configuration("m", 1, "none", 384, "float32"), 60.0, {}, 1536, 0,
                    spread=(900.0, 900.0, 100))  # fmt: skip
@@ -228,9 +308,12 @@ def test_a_target_nothing_meets_names_the_best_reached() -> None:
     target = Target(min_retention=0.99, max_bytes=8)
     needed = requirement("retrieval", 64.0, target)
     outcomes = [_outcome("small", 4, 61.0), _outcome("mid", 8, 62.0), _outcome("big", 64, 64.0)]
-    with pytest.raises(NoConfigurationError, match="within at most 8 index bytes") as caught:
+    with pytest.raises(NoConfigurationError, match="within at most 8 bytes a vector") as caught:
         choose(outcomes, target, needed)
     assert caught.value.best is not None and caught.value.best.config.encoder == "mid"
+    memory = replace(target, budget="memory")
+    with pytest.raises(NoConfigurationError, match="within at most 8 index bytes"):
+        choose(outcomes, memory, needed)
 
 
 def test_targets_are_checked_and_the_label_free_rule_maps_retention_to_overlap() -> None:
@@ -336,7 +419,9 @@ def test_tune_writes_the_cheapest_model_that_meets_the_target_and_it_scores_as_t
     assert "Pareto front" in printed and "chosen: L2 " in printed
     stored = [json.loads(line) for line in (work / STORE_FILE).read_text().splitlines()[1:]]
     configs = {e["key"]: e for e in stored if e["kind"] == "configuration"}
-    assert len(configs) == (1 + 2 + 3) * 11
+    assert len(configs) == (1 + 2 + 3) * 11 + len(CODES)  # the codebook codes by default
+    codes = {e["configuration"]["precision"] for e in configs.values()} & set(CODES)
+    assert codes == set(CODES)
     full = configs[Configuration("model", 2, "none", 32, "float32").key]
     per_query = np.asarray(full["per_query"])
     assert per_query.mean() == pytest.approx(full["quality"])
@@ -348,7 +433,8 @@ def test_tune_writes_the_cheapest_model_that_meets_the_target_and_it_scores_as_t
         return gap - 1.645 * np.sqrt(max(spread, 0) / n) >= -1e-9
 
     meeting = [e for e in configs.values() if meets(e)]
-    cheapest = min(e["index_bytes"] for e in meeting)
+    # --budget total (the default): every byte a document costs, codes and rescoring copy.
+    cheapest = min(e["index_bytes"] + e["rescore_bytes"] for e in meeting)
     model = CompressedModel.load(out)
     chosen = next(
         e
@@ -358,8 +444,9 @@ def test_tune_writes_the_cheapest_model_that_meets_the_target_and_it_scores_as_t
         and e["configuration"]["precision"] == model.precision
         and e["configuration"]["rescore"] == model.rescore_factor
     )
-    assert chosen["index_bytes"] == cheapest
-    assert model.bytes_per_vector(model.output_dim, model.precision) == cheapest
+    assert chosen["index_bytes"] + chosen["rescore_bytes"] == cheapest
+    spent = model.bytes_per_vector(model.output_dim, model.precision)
+    assert spent + model.rescore_bytes_per_vector() == cheapest
     # From disk, embedding texts itself, the model finds what the sweep measured.
     assert _search_quality(out, beir) == pytest.approx(chosen["scores"], abs=1e-9)
     records = json.loads((work / "results.json").read_text())
@@ -538,6 +625,37 @@ def test_a_static_model_and_exit_head_layers_join_the_sweep(
     assert result.written.scores == pytest.approx(result.chosen.scores, abs=1e-9)
 
 
+def test_codebook_codes_are_swept_and_written_as_the_model(
+    tiny_model: Path, beir: Path, tmp_path: Path
+) -> None:
+    space = SweepSpace(methods=("none",), precisions=("float32", "int8"), codes=("rq4",))
+    out, work = tmp_path / "m", tmp_path / "work"
+    # Only the 4-byte codes fit in 4 bytes: float32 takes 128, int8 32 (and rescored, 64).
+    result = tune(str(tiny_model), load_tune_data(beir=beir), Target(max_bytes=4), out=out,
+                  settings=_settings(work), space=space)  # fmt: skip
+    coded = [o for o in result.outcomes if o.config.precision == "rq4"]
+    assert [(o.config.method, o.config.dim, o.index_bytes, o.rescore_bytes) for o in coded] == [
+        ("none", 32, 4, 0)
+    ]
+    assert result.chosen is coded[0]
+    model = CompressedModel.load(out)
+    assert (model.precision, model.output_dim, model.rescores) == ("rq4", 32, False)
+    assert result.written.scores == pytest.approx(result.chosen.scores, abs=1e-9)
+    # From disk, embedding texts itself, the model finds what the sweep measured.
+    assert _search_quality(out, beir) == pytest.approx(result.chosen.scores, abs=1e-9)
+    records = json.loads((work / "results.json").read_text())
+    chosen = [r for r in records if r["extra"].get("chosen")]
+    assert {r["precision"] for r in chosen} == {"rq4"} and len(chosen) == 3
+    assert all(r["bytes_per_vector"] == 4 and r["extra"]["store_bytes"] == 0 for r in chosen)
+    # Every search record costs its codes and its rescoring copy.
+    searched = [r for r in records if r["task"] == "retrieval"]
+    assert all(
+        r["bytes_per_vector"] == r["extra"]["index_bytes"] + r["extra"]["store_bytes"]
+        for r in searched
+    )
+    assert "rq4" in (work / "report" / "report.md").read_text()
+
+
 def test_the_int8_backend_is_one_more_encoder_of_the_sweep(
     tiny_model: Path, beir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -639,6 +757,23 @@ def test_bad_data_ends_in_one_line(
         assert not (tmp_path / path).exists()
 
 
+def test_a_bad_budget_or_bad_codes_end_in_one_line(
+    tiny_model: Path, beir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["--model", str(tiny_model), "--beir", str(beir), "--min-retention", "0.9"]
+    out = ["--out", str(tmp_path / "m")]
+    code, _, err = _run([*base, "--budget", "disk", *out], capsys)
+    _one_line_error(code, err, "--budget must be total or memory, got 'disk'")
+    for codes, message in [
+        ("rq8,int8", "--codes takes codebook codes such as rq16 or pq16"),
+        ("rq0x", "unknown precision 'rq0x'"),
+        (",", "--codes takes codebook codes such as rq8,rq16, or none"),
+    ]:
+        code, _, err = _run([*base, "--codes", codes, *out], capsys)
+        _one_line_error(code, err, message)
+    assert not (tmp_path / "m").exists() and not (tmp_path / "m-tune").exists()
+
+
 def test_some_unjudged_queries_are_left_out_and_the_tune_goes_on(
     tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -719,7 +854,7 @@ def test_limits_and_targets_that_cannot_hold_end_in_one_line_and_keep_the_sweep(
         capsys,
     )
     _one_line_error(code, err, "no configuration reaches spearman ≥ 100.00")
-    assert "within at most 1 index byte a vector; the best reached is spearman" in err
+    assert "within at most 1 byte a vector (codes + rescoring copy); the best reached is" in err
     assert "rerun with --resume" in err
     assert not (tmp_path / "a").exists()
     stored = (work / STORE_FILE).read_text()

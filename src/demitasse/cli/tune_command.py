@@ -14,6 +14,8 @@ from demitasse.cli.arguments import positive_float, positive_int
 
 TUNE_HELP = "find the cheapest configuration that keeps a target quality on your data"
 DEFAULT_METHODS = "truncate,pca,pca-whiten,adaptor"
+#: demitasse.tune.space.CODES, written out: the parser is built without importing the tune.
+DEFAULT_CODES = "rq8,rq16,rq32"
 
 
 def add_tune_parser(commands: Any) -> None:  # argparse's subparsers action
@@ -21,8 +23,9 @@ def add_tune_parser(commands: Any) -> None:  # argparse's subparsers action
     tune = commands.add_parser(
         "tune",
         help=TUNE_HELP,
-        description="Sweep layer cuts, compressors, widths, precisions and rescoring on your "
-        "data; print the Pareto front of quality against index bytes; write the cheapest "
+        description="Sweep layer cuts, compressors, widths, precisions, codebook codes and "
+        "rescoring on your data; print the Pareto front of quality against bytes per document "
+        "(--budget: codes + rescoring copy, or codes only); write the cheapest "
         "configuration that meets the target as a model directory (encode, eval and export "
         "take it), with records and an HTML report in the work folder.",
     )
@@ -51,7 +54,15 @@ def add_tune_parser(commands: Any) -> None:  # argparse's subparsers action
         "--max-bytes",
         type=positive_int,
         default=None,
-        help="at most N index bytes per vector (held in memory)",
+        help="at most N bytes per document: codes + rescoring copy with --budget total "
+        "(default), codes only with --budget memory",
+    )
+    target.add_argument(
+        "--budget",
+        default="total",
+        help="which bytes --max-bytes, the choice and the Pareto front count: total (default: "
+        "every byte a document costs, the codes held in memory and the int8 copy kept for "
+        "rescoring) or memory (the codes held in memory only)",
     )
     target.add_argument(
         "--min-speed",
@@ -85,6 +96,13 @@ def _add_run_options(tune: argparse.ArgumentParser) -> None:
         default=900.0,
         help="seconds; the adaptor (trained last) is tried only within it",
     )
+    tune.add_argument(
+        "--codes",
+        default=None,
+        help="codebook codes tried on the encoder's full output, searched asymmetrically "
+        f"(default {DEFAULT_CODES} for retrieval or a corpus alone, none for --pairs), or "
+        "none",
+    )
     tune.add_argument("--batch-size", type=positive_int, default=64)
     tune.add_argument(
         "--backends",
@@ -97,11 +115,12 @@ def _add_run_options(tune: argparse.ArgumentParser) -> None:
 def run_tune(args: argparse.Namespace) -> int:
     from demitasse.tune import SweepSettings, SweepSpace, Target, load_tune_data, parse_methods
     from demitasse.tune import tune as run
-    from demitasse.tune.space import parse_backends
+    from demitasse.tune.space import parse_backends, parse_codes
 
-    target = Target(args.min_retention, args.max_bytes, args.min_speed)
+    target = Target(args.min_retention, args.max_bytes, args.min_speed, budget=args.budget)
     methods = parse_methods(args.methods)
     backends = parse_backends(args.backends)
+    codes = None if args.codes is None else parse_codes(args.codes)
     out = Path(args.out)
     work = Path(args.work_dir) if args.work_dir else out.with_name(out.name + "-tune")
     data = load_tune_data(
@@ -120,7 +139,7 @@ def run_tune(args: argparse.Namespace) -> int:
         time_budget=args.time_budget,
         progress=sys.stderr.isatty() or bool(os.environ.get("DEMITASSE_PROGRESS")),
     )
-    space = SweepSpace(methods=methods, search=data.kind != "pairs", backends=backends)
+    space = SweepSpace(methods=methods, search=data.kind != "pairs", backends=backends, codes=codes)
     try:
         result = run(
             args.model, data, target, out=out, settings=settings, static=args.static, space=space
@@ -138,9 +157,10 @@ def run_tune(args: argparse.Namespace) -> int:
 
 
 def _print_result(result: Any) -> None:
+    from demitasse.tune.choice import budget_label
     from demitasse.tune.output import outcome_table
 
-    needed = result.needed
+    needed, budget = result.needed, result.budget
     for speed in result.speeds:
         threads = speed.extra.get("torch_threads")
         print(
@@ -151,14 +171,18 @@ def _print_result(result: Any) -> None:
     print(f"target: {needed.describe()}")
     several = len({o.config.encoder for o in result.outcomes}) > 1
     print(
-        f"\nPareto front, {needed.metric} against index bytes per vector "
+        f"\nPareto front, {needed.metric} against {budget_label(budget)} "
         f"({len(result.outcomes)} configurations):\n"
     )
-    print(outcome_table(result.front, needed, with_encoder=several))
+    print(outcome_table(result.front, needed, with_encoder=several, budget=budget))
     chosen, written = result.chosen, result.written
+    spent = (
+        f"{chosen.index_bytes} index bytes + {chosen.rescore_bytes} rescoring bytes a vector"
+        if budget == "memory"
+        else chosen.describe_bytes(budget)
+    )
     print(
-        f"\nchosen: {chosen.config.describe(with_encoder=several)}: {chosen.index_bytes} "
-        f"index bytes + {chosen.rescore_bytes} rescoring bytes a vector, "
+        f"\nchosen: {chosen.config.describe(with_encoder=several)}: {spent}, "
         f"{needed.metric} {chosen.quality:.2f}"
     )
     print(f"model: {written.path} (scored again from disk: {needed.metric} {written.quality:.2f})")

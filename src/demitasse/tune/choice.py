@@ -1,5 +1,12 @@
-"""What a tune chooses: the Pareto front of quality against index bytes, and the cheapest
-configuration that meets the target within the limits.
+"""What a tune chooses: the Pareto front of quality against bytes per document, and the
+cheapest configuration that meets the target within the limits.
+
+**The budget.** What a configuration's bytes are: with ``budget="total"`` (the default,
+``--budget total``) every byte a document costs, the codes held in memory plus the int8 copy
+of the encoder's output kept for rescoring, so a two-stage configuration (a small code in RAM,
+an int8 copy on disk) competes on its total; with ``budget="memory"`` the codes held in memory
+only (the rescoring copy is counted only to break ties). ``max_bytes``, the order of the
+choice, the Pareto front and the report all count the budget's bytes.
 
 **The target.** ``min_retention=R`` asks for R of the full model's quality on the user's data:
 ``R × nDCG@10`` of the full model (retrieval) or ``R × Spearman`` (scored pairs). Without
@@ -20,11 +27,12 @@ approximation) must be at least 0. On SciFact train (all-MiniLM-L6-v2, ITQ codes
 24 bytes), rescoring ×4 keeps 97.8 % of nDCG@10 at z = 1.3, not enough; rescoring ×10 keeps
 99.2 % at z = 6.5. On the test queries the first keeps 96.7 %, the second 98.3 %.
 
-**The choice.** Among the configurations within the limits (``max_bytes`` index bytes per
-vector, ``min_speed`` texts per second of the encoder on this machine) that meet the target,
-the one with the fewest index bytes; ties go to the one keeping fewer bytes for rescoring,
-then to the faster encoder (its layer cut, or a static model), then to the better, and only
-then to the lower query latency: one query's search over codes takes a fraction of a
+**The choice.** Among the configurations within the limits (``max_bytes`` bytes per vector
+under the budget, ``min_speed`` texts per second of the encoder on this machine) that meet the
+target, the one with the fewest bytes under the budget; ties go to the one with fewer bytes of
+the other part (under ``total``, fewer held in memory; under ``memory``, fewer kept for
+rescoring), then to the faster encoder (its layer cut, or a static model), then to the better,
+and only then to the lower query latency: one query's search over codes takes a fraction of a
 millisecond whatever the configuration, and those timings change from run to run on a busy
 machine, so they must not outrank a quality difference. With limits but no target, the best
 quality within the limits (ties: the cheaper).
@@ -52,6 +60,17 @@ HEADLINES: dict[str, tuple[str, str]] = {
     "pairs": ("sts", "spearman"),
     "label-free": ("retrieval", "overlap@10"),
 }
+#: What a configuration's bytes count (see the module docs): every byte a document costs, or
+#: the codes held in memory only. The first is the default.
+BUDGETS: tuple[str, ...] = ("total", "memory")
+
+
+def check_budget(budget: object) -> str:
+    """``budget`` if it is one of :data:`BUDGETS`; a one-line DataError otherwise."""
+    if not isinstance(budget, str) or budget not in BUDGETS:
+        shown = str(budget)[:40]
+        raise DataError(f"--budget must be {' or '.join(BUDGETS)}, got {shown!r}")
+    return budget
 
 
 @dataclass(frozen=True)
@@ -71,11 +90,31 @@ class Outcome:
     #: its covariance with the full model's, and the number of queries (None elsewhere).
     spread: tuple[float, float, int] | None = None
 
-    def cost(self) -> tuple[float, ...]:
-        """What the choice minimises, in order (see the module docs)."""
+    @property
+    def total_bytes(self) -> int:
+        """Every byte a document costs: its codes and its rescoring copy."""
+        return self.index_bytes + self.rescore_bytes
+
+    def budget_bytes(self, budget: str = "total") -> int:
+        """The bytes ``budget`` counts: the total, or the codes held in memory only."""
+        return budget_bytes(self.index_bytes, self.rescore_bytes, budget)
+
+    def describe_bytes(self, budget: str = "total") -> str:
+        """``24 index bytes a vector`` (memory), ``408 bytes a vector (24 index + 384
+        rescoring)`` (total)."""
+        if check_budget(budget) == "memory":
+            return f"{index_bytes(self.index_bytes)} a vector"
+        text = f"{plain_bytes(self.total_bytes)} a vector"
+        if self.rescore_bytes:
+            text += f" ({self.index_bytes} index + {self.rescore_bytes} rescoring)"
+        return text
+
+    def cost(self, budget: str = "total") -> tuple[float, ...]:
+        """What the choice minimises under ``budget``, in order (see the module docs)."""
+        other = self.rescore_bytes if check_budget(budget) == "memory" else self.index_bytes
         return (
-            self.index_bytes,
-            self.rescore_bytes,
+            self.budget_bytes(budget),
+            other,
             -(self.speed or 0.0),
             -self.quality,
             self.latency_p50_ms if self.latency_p50_ms is not None else math.inf,
@@ -84,13 +123,16 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Target:
-    """What the user needs: a retention of the full model's quality and/or limits."""
+    """What the user needs: a retention of the full model's quality and/or limits, and which
+    bytes ``max_bytes`` and the choice count (``budget``: ``"total"`` or ``"memory"``)."""
 
     min_retention: float | None = None
     max_bytes: int | None = None
     min_speed: float | None = None
+    budget: str = "total"
 
     def __post_init__(self) -> None:
+        check_budget(self.budget)
         if self.min_retention is None and self.max_bytes is None and self.min_speed is None:
             raise DataError(
                 "nothing to choose by: give --min-retention R (e.g. 0.97) and/or the limits "
@@ -107,14 +149,19 @@ class Target:
             raise DataError(f"--min-speed must be a positive number, got {self.min_speed:g}")
 
     def within_limits(self, outcome: Outcome) -> bool:
-        if self.max_bytes is not None and outcome.index_bytes > self.max_bytes:
+        if self.max_bytes is not None and outcome.budget_bytes(self.budget) > self.max_bytes:
             return False
         return self.min_speed is None or (outcome.speed or 0.0) >= self.min_speed
 
     def describe_limits(self) -> str:
         parts = []
         if self.max_bytes is not None:
-            parts.append(f"at most {index_bytes(self.max_bytes)} a vector")
+            if self.budget == "memory":
+                parts.append(f"at most {index_bytes(self.max_bytes)} a vector")
+            else:
+                parts.append(
+                    f"at most {plain_bytes(self.max_bytes)} a vector (codes + rescoring copy)"
+                )
         if self.min_speed is not None:
             parts.append(f"at least {self.min_speed:g} texts/s")
         return " and ".join(parts)
@@ -170,6 +217,24 @@ def index_bytes(n: int) -> str:
     return f"{n} index byte{'' if n == 1 else 's'}"
 
 
+def budget_bytes(index: int, rescore: int, budget: str) -> int:
+    """A configuration's bytes under ``budget``: its ``index`` bytes (the codes held in
+    memory) plus, under ``"total"``, its ``rescore`` bytes (the rescoring copy)."""
+    return index if check_budget(budget) == "memory" else index + rescore
+
+
+def plain_bytes(n: int) -> str:
+    """``1 byte``, ``8 bytes``."""
+    return f"{n} byte{'' if n == 1 else 's'}"
+
+
+def budget_label(budget: str) -> str:
+    """What the budget's bytes are, for headings and axes."""
+    if check_budget(budget) == "memory":
+        return "index bytes per vector"
+    return "bytes per vector (codes + rescoring copy)"
+
+
 def requirement(kind: str, full: Outcome | float, target: Target) -> Requirement:
     """The quality ``target`` asks for on ``kind`` data whose full model is ``full`` (its
     outcome, or just its quality); see the module docs for the label-free rule."""
@@ -186,11 +251,15 @@ def requirement(kind: str, full: Outcome | float, target: Target) -> Requirement
     return Requirement(kind, metric, full_quality, retention * full_quality, variance)
 
 
-def pareto_front(outcomes: Sequence[Outcome]) -> list[Outcome]:
-    """The outcomes no other beats on both index bytes and quality, fewest bytes first
-    (among equal index bytes, the one the choice would prefer)."""
+def pareto_front(outcomes: Sequence[Outcome], budget: str = "total") -> list[Outcome]:
+    """The outcomes no other beats on both bytes under ``budget`` and quality, fewest bytes
+    first (among equal bytes, the one the choice would prefer)."""
+    check_budget(budget)
     return metrics.pareto_front(
-        outcomes, cost=lambda o: o.index_bytes, quality=lambda o: o.quality, tie_break=Outcome.cost
+        outcomes,
+        cost=lambda o: o.budget_bytes(budget),
+        quality=lambda o: o.quality,
+        tie_break=lambda o: o.cost(budget),
     )
 
 
@@ -207,15 +276,16 @@ def choose(outcomes: Sequence[Outcome], target: Target, needed: Requirement) -> 
     naming the best one reached."""
     if not outcomes:
         raise NoConfigurationError("the sweep measured no configuration", None)
+    budget = target.budget
     eligible = [o for o in outcomes if target.within_limits(o)]
     if needed.required is None:
         if eligible:
-            return min(eligible, key=lambda o: (-o.quality, o.cost()))
+            return min(eligible, key=lambda o: (-o.quality, o.cost(budget)))
         best = max(outcomes, key=lambda o: o.quality)
         raise NoConfigurationError(f"no configuration is within {target.describe_limits()}", best)
     meeting = [o for o in eligible if needed.meets(o)]
     if meeting:
-        return min(meeting, key=lambda o: o.cost())
+        return min(meeting, key=lambda o: o.cost(budget))
     best = max(eligible or outcomes, key=lambda o: o.quality)
     where = f" within {target.describe_limits()}" if target.describe_limits() else ""
     if not eligible:

@@ -11,7 +11,7 @@ from typing import Any
 from demitasse.evaluation.records import ResultRecord, rescoring_extra
 from demitasse.model import CompressedModel
 from demitasse.report.tables import markdown_table
-from demitasse.tune.choice import HEADLINES, Outcome, Requirement
+from demitasse.tune.choice import HEADLINES, Outcome, Requirement, check_budget
 from demitasse.tune.data import TuneData
 from demitasse.tune.encoding import EncodedTexts
 from demitasse.tune.scoring import LayerVectors, PairSide, Scorer, SearchSide
@@ -85,7 +85,9 @@ def outcome_records(
     fit_data: str,
 ) -> list[ResultRecord]:
     """One result record per score of every outcome (``extra`` says how it searched, its
-    latency, its encoder's speed, its retention and whether it was chosen)."""
+    latency, its encoder's speed, its retention and whether it was chosen). As every search
+    record, its ``bytes_per_vector`` is every byte a document costs: ``extra["index_bytes"]``
+    (the codes) plus ``extra["store_bytes"]`` (the rescoring copy)."""
     task = HEADLINES[data.kind][0]
     records = []
     for outcome in outcomes:
@@ -103,7 +105,7 @@ def outcome_records(
                     dataset=data.name,
                     metric=metric,
                     score=score,
-                    bytes_per_vector=outcome.index_bytes,
+                    bytes_per_vector=outcome.total_bytes,
                     fit_data=fit_data if config.method != "none" else None,
                     extra=dict(extra),
                 )
@@ -136,12 +138,17 @@ def _extra(outcome: Outcome, needed: Requirement, chosen: bool, kind: str) -> di
     return extra
 
 
-def outcome_row(outcome: Outcome, needed: Requirement, *, with_encoder: bool) -> tuple[Any, ...]:
-    """One table row: configuration, bytes, quality, retention, speed, latency."""
+def outcome_row(
+    outcome: Outcome, needed: Requirement, *, with_encoder: bool, budget: str = "total"
+) -> tuple[Any, ...]:
+    """One table row: configuration, bytes (under ``"total"``, their sum first), quality,
+    retention, speed, latency."""
     # The label-free estimate is a share already; the full model scores 100 on it.
     retention = None if needed.kind == "label-free" else needed.retention(outcome)
+    total = () if check_budget(budget) == "memory" else (outcome.total_bytes,)
     return (
         outcome.config.describe(with_encoder=with_encoder),
+        *total,
         outcome.index_bytes,
         outcome.rescore_bytes,
         outcome.quality,
@@ -151,12 +158,20 @@ def outcome_row(outcome: Outcome, needed: Requirement, *, with_encoder: bool) ->
     )
 
 
-def outcome_header(needed: Requirement) -> tuple[str, ...]:
-    return ("configuration", "index B", "rescore B", needed.metric, "of full", "texts/s", "p50 ms")
+def outcome_header(needed: Requirement, budget: str = "total") -> tuple[str, ...]:
+    total = () if check_budget(budget) == "memory" else ("total B",)
+    return (
+        "configuration", *total, "index B", "rescore B", needed.metric, "of full", "texts/s",
+        "p50 ms",
+    )  # fmt: skip
 
 
 def outcome_table(
-    outcomes: Sequence[Outcome], needed: Requirement, *, with_encoder: bool = False
+    outcomes: Sequence[Outcome],
+    needed: Requirement,
+    *,
+    with_encoder: bool = False,
+    budget: str = "total",
 ) -> str:
-    rows = [outcome_row(o, needed, with_encoder=with_encoder) for o in outcomes]
-    return markdown_table(outcome_header(needed), rows)
+    rows = [outcome_row(o, needed, with_encoder=with_encoder, budget=budget) for o in outcomes]
+    return markdown_table(outcome_header(needed, budget), rows)

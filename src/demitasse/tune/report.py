@@ -1,6 +1,6 @@
-"""The tune report: the Pareto plot of quality against index bytes, the front, every
-configuration, as one Markdown file and one self-contained HTML page (``demitasse.report``'s
-blocks and renderers)."""
+"""The tune report: the Pareto plot of quality against bytes per document (under the tune's
+budget: codes + rescoring copy, or codes only), the front, every configuration, as one Markdown
+file and one self-contained HTML page (``demitasse.report``'s blocks and renderers)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from demitasse.report.render import (
     to_markdown,
 )
 from demitasse.report.tables import Table
-from demitasse.tune.choice import Outcome, Requirement, pareto_front
+from demitasse.tune.choice import Outcome, Requirement, budget_label, pareto_front
 from demitasse.tune.output import outcome_header, outcome_row
 
 
@@ -35,15 +35,16 @@ def plot_pareto(
     needed: Requirement,
     chosen: Outcome | None = None,
     title: str = "",
+    budget: str = "total",
 ) -> Path:
-    """Quality against index bytes per vector (log scale): every configuration (colour: the
-    compressor, marker: the precision), the Pareto front as a step line, the chosen one ringed,
-    the required quality as a dashed line."""
+    """Quality against bytes per vector under ``budget`` (log scale): every configuration
+    (colour: the compressor, marker: the precision), the Pareto front as a step line, the
+    chosen one ringed, the required quality as a dashed line."""
     colours = method_colours(o.config.method for o in outcomes)
     fig, ax = plt.subplots(figsize=(8.4, 5.0), layout="constrained")
     for outcome in outcomes:
         ax.scatter(
-            outcome.index_bytes,
+            outcome.budget_bytes(budget),
             outcome.quality,
             s=22,
             alpha=0.7,
@@ -51,9 +52,9 @@ def plot_pareto(
             color=colours[outcome.config.method],
             marker=MARKERS.get(outcome.config.precision, "D"),
         )
-    front = pareto_front(outcomes)
+    front = pareto_front(outcomes, budget)
     ax.step(
-        [o.index_bytes for o in front],
+        [o.budget_bytes(budget) for o in front],
         [o.quality for o in front],
         where="post",
         color="black",
@@ -63,30 +64,31 @@ def plot_pareto(
     if needed.required is not None:
         ax.axhline(needed.required, color="0.4", linestyle="--", linewidth=1.0)
     if chosen is not None:
-        ax.scatter(
-            chosen.index_bytes,
-            chosen.quality,
-            s=140,
-            facecolors="none",
-            edgecolors="red",
-            linewidths=1.6,
-        )
-        ax.annotate(
-            chosen.config.describe(),
-            (chosen.index_bytes, chosen.quality),
-            textcoords="offset points",
-            xytext=(6, -12),
-            fontsize=8,
-            color="red",
-        )
+        _ring(ax, chosen, budget)
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    ax.set_xlabel("index bytes per vector (held in memory)")
+    axis = "index bytes per vector (held in memory)" if budget == "memory" else budget_label(budget)
+    ax.set_xlabel(axis)
     ax.set_ylabel(needed.metric)
     ax.grid(True, alpha=0.3)
     ax.legend(handles=_legend(colours, outcomes, needed, chosen), fontsize=8, loc="lower right")
-    ax.set_title(title or f"{needed.metric} against index bytes", fontsize=10)
+    bytes_name = "index bytes" if budget == "memory" else "bytes per vector"
+    ax.set_title(title or f"{needed.metric} against {bytes_name}", fontsize=10)
     return save_figure(fig, path)
+
+
+def _ring(ax: Any, chosen: Outcome, budget: str) -> None:
+    """The chosen configuration ringed in red and named."""
+    at = (chosen.budget_bytes(budget), chosen.quality)
+    ax.scatter(*at, s=140, facecolors="none", edgecolors="red", linewidths=1.6)
+    ax.annotate(
+        chosen.config.describe(),
+        at,
+        textcoords="offset points",
+        xytext=(6, -12),
+        fontsize=8,
+        color="red",
+    )
 
 
 def _legend(
@@ -115,14 +117,18 @@ def render_tune_report(
     title: str,
     summary: Sequence[str],
     chosen: Outcome | None = None,
+    budget: str = "total",
 ) -> ReportPaths:
-    """Write ``report.md``, ``report.html`` and ``figures/pareto.png`` under ``out_dir``."""
+    """Write ``report.md``, ``report.html`` and ``figures/pareto.png`` under ``out_dir``; the
+    plot, the front and the order of the tables count bytes under ``budget``."""
     out_dir = Path(out_dir)
     several = len({o.config.encoder for o in outcomes}) > 1
     with atomic_directory(out_dir, kind="report") as tmp:
-        figure = plot_pareto(outcomes, tmp / "figures" / "pareto.png", needed, chosen)
+        figure = plot_pareto(
+            outcomes, tmp / "figures" / "pareto.png", needed, chosen, budget=budget
+        )
         caption = (
-            f"{needed.metric} against index bytes per vector; the Pareto front as a line, the "
+            f"{needed.metric} against {budget_label(budget)}; the Pareto front as a line, the "
             "chosen configuration ringed."
         )
         blocks: list[Block] = [
@@ -130,9 +136,9 @@ def render_tune_report(
             *(Text(line) for line in summary),
             FigureBlock(figure, caption),
             Heading(2, "Pareto front"),
-            TableBlock(_table(pareto_front(outcomes), needed, several)),
+            TableBlock(_table(pareto_front(outcomes, budget), needed, several, budget)),
             Heading(2, "Every configuration"),
-            TableBlock(_table(_by_cost(outcomes), needed, several)),
+            TableBlock(_table(_by_cost(outcomes, budget), needed, several, budget)),
         ]
         (tmp / "report.md").write_text(to_markdown(blocks, tmp), encoding="utf-8")
         (tmp / "report.html").write_text(to_html(blocks, title), encoding="utf-8")
@@ -141,10 +147,10 @@ def render_tune_report(
     )
 
 
-def _by_cost(outcomes: Sequence[Outcome]) -> list[Outcome]:
-    return sorted(outcomes, key=lambda o: (o.index_bytes, -o.quality, o.cost()))
+def _by_cost(outcomes: Sequence[Outcome], budget: str) -> list[Outcome]:
+    return sorted(outcomes, key=lambda o: (o.budget_bytes(budget), -o.quality, o.cost(budget)))
 
 
-def _table(outcomes: Sequence[Outcome], needed: Requirement, several: bool) -> Table:
-    rows = tuple(outcome_row(o, needed, with_encoder=several) for o in outcomes)
-    return Table(outcome_header(needed), rows)
+def _table(outcomes: Sequence[Outcome], needed: Requirement, several: bool, budget: str) -> Table:
+    rows = tuple(outcome_row(o, needed, with_encoder=several, budget=budget) for o in outcomes)
+    return Table(outcome_header(needed, budget), rows)

@@ -22,15 +22,15 @@ from demitasse.tune.choice import (
     Outcome,
     Requirement,
     Target,
+    budget_bytes,
     choose,
-    index_bytes,
     pareto_front,
     requirement,
 )
 from demitasse.tune.data import TuneData
 from demitasse.tune.output import WrittenModel, outcome_records, write_model
 from demitasse.tune.report import render_tune_report
-from demitasse.tune.space import SweepSpace
+from demitasse.tune.space import Configuration, SweepSpace
 from demitasse.tune.store import check_work_dir
 from demitasse.tune.sweep import Sweep, SweepSettings
 
@@ -42,7 +42,8 @@ REPORT_DIR = "report"
 
 @dataclass(frozen=True)
 class TuneResult:
-    """Everything a tune measured and decided, and where it wrote it."""
+    """Everything a tune measured and decided, and where it wrote it; ``budget`` is which
+    bytes the choice counted (the target's)."""
 
     outcomes: list[Outcome]
     full: Outcome
@@ -53,6 +54,7 @@ class TuneResult:
     records: Path
     report: ReportPaths
     seconds: dict[str, float]  # wall time of each stage
+    budget: str = "total"
 
     @property
     def total_seconds(self) -> float:
@@ -60,7 +62,8 @@ class TuneResult:
 
     @property
     def front(self) -> list[Outcome]:
-        return pareto_front(self.outcomes)
+        """The Pareto front of quality against the bytes the budget counts."""
+        return pareto_front(self.outcomes, self.budget)
 
 
 def tune(
@@ -94,20 +97,21 @@ def tune(
     try:
         chosen = choose(outcomes, target, needed)
     except NoConfigurationError as exc:
-        _write_results(sweep, outcomes, needed, None, fit_data)
-        raise DataError(_not_met(exc, needed, settings.work_dir)) from None
+        _write_results(sweep, outcomes, needed, None, fit_data, target.budget)
+        raise DataError(_not_met(exc, needed, settings.work_dir, target.budget)) from None
     encoded = sweep.encoder(chosen.config.encoder)
     vectors = sweep.layer_vectors(encoded, chosen.config.layer)
     written = write_model(
         chosen, encoded, vectors, sweep.scorer(), out, fit_data=fit_data,
         batch_size=settings.batch_size,
     )  # fmt: skip
-    records, report = _write_results(sweep, outcomes, needed, chosen, fit_data)
+    records, report = _write_results(sweep, outcomes, needed, chosen, fit_data, target.budget)
     laps.lap("model, records and report")
     full = sweep.full_outcome()
     return TuneResult(
-        outcomes, full, needed, chosen, written, sweep.speeds, records, report, laps.seconds
-    )
+        outcomes, full, needed, chosen, written, sweep.speeds, records, report, laps.seconds,
+        budget=target.budget,
+    )  # fmt: skip
 
 
 class Laps:
@@ -124,14 +128,21 @@ class Laps:
 
 
 def _check_bytes(space: SweepSpace, target: Target) -> None:
-    """A byte limit below every index the sweep can build contradicts the sweep itself."""
+    """A byte limit below every configuration the sweep can build (its bytes under the
+    target's budget) contradicts the sweep itself."""
     if target.max_bytes is None:
         return
-    smallest = space.smallest_index()
-    if target.max_bytes < smallest.index_bytes():
+    full_dims = {encoder.name: encoder.dim for encoder in space.encoders}
+
+    def cost(config: Configuration) -> int:
+        rescore = config.rescore_bytes(full_dims[config.encoder])
+        return budget_bytes(config.index_bytes(), rescore, target.budget)
+
+    smallest = min(space.configurations(), key=lambda c: (cost(c), -c.dim))
+    if target.max_bytes < cost(smallest):
         raise DataError(
             f"--max-bytes {target.max_bytes} is below the smallest index this sweep can build "
-            f"({smallest.index_bytes()} bytes a vector: {smallest.precision} codes of "
+            f"({cost(smallest)} bytes a vector: {smallest.precision} codes of "
             f"{smallest.dim} dims)"
         )
 
@@ -148,7 +159,7 @@ def _check_speeds(speeds: list[ResultRecord], target: Target) -> None:
         )
 
 
-def _not_met(exc: NoConfigurationError, needed: Requirement, work_dir: Path) -> str:
+def _not_met(exc: NoConfigurationError, needed: Requirement, work_dir: Path, budget: str) -> str:
     message = str(exc)
     best = exc.best
     if best is not None:
@@ -160,7 +171,7 @@ def _not_met(exc: NoConfigurationError, needed: Requirement, work_dir: Path) -> 
         )
         message += (
             f"; the best reached is {needed.metric} {best.quality:.2f}{share}: "
-            f"{best.config.describe()}, {index_bytes(best.index_bytes)} a vector"
+            f"{best.config.describe()}, {best.describe_bytes(budget)}"
         )
     return f"{message}. The sweep is kept in {work_dir}: rerun with --resume and another target"
 
@@ -171,6 +182,7 @@ def _write_results(
     needed: Requirement,
     chosen: Outcome | None,
     fit_data: str,
+    budget: str,
 ) -> tuple[Path, ReportPaths]:
     """results.json (every outcome's records and the encoders' speeds) and the report."""
     work = sweep.settings.work_dir
@@ -180,16 +192,30 @@ def _write_results(
     summary = [
         f"Data: {sweep.data.describe()}.",
         f"Target: {needed.describe()}.",
-        "Chosen: "
-        + (
-            "none (no configuration meets the target)"
-            if chosen is None
-            else f"{chosen.config.describe(with_encoder=True)}, {chosen.index_bytes} index bytes "
-            f"and {chosen.rescore_bytes} rescoring bytes a vector, {needed.metric} "
-            f"{chosen.quality:.2f}."
-        ),
+        f"Chosen: {_chosen_text(chosen, needed, budget)}",
     ]
+    if budget != "memory":
+        summary.insert(
+            2, "Bytes counted: every byte a document costs, its codes and its rescoring copy "
+            "(--budget total; --budget memory counts the codes only)."
+        )  # fmt: skip
     report = render_tune_report(
-        outcomes, work / REPORT_DIR, needed, title=title, summary=summary, chosen=chosen
-    )
+        outcomes, work / REPORT_DIR, needed, title=title, summary=summary, chosen=chosen,
+        budget=budget,
+    )  # fmt: skip
     return work / RECORDS_FILE, report
+
+
+def _chosen_text(chosen: Outcome | None, needed: Requirement, budget: str) -> str:
+    if chosen is None:
+        return "none (no configuration meets the target)"
+    if budget == "memory":
+        spent = (
+            f"{chosen.index_bytes} index bytes and {chosen.rescore_bytes} rescoring bytes a vector"
+        )
+    else:
+        spent = chosen.describe_bytes(budget)
+    return (
+        f"{chosen.config.describe(with_encoder=True)}, {spent}, {needed.metric} "
+        f"{chosen.quality:.2f}."
+    )

@@ -6,7 +6,10 @@ codes find the top k·F documents, which are rescored against int8 codes of the 
 full output, as :class:`~demitasse.model.CompressedModel` searches with ``rescore_factor``).
 The space crosses every encoder and layer with the compressors, the widths (halving from
 the encoder's full width) and the precisions; binary codes are always ITQ-rotated, since
-sign bits of PCA or truncated dimensions waste most of their capacity.
+sign bits of PCA or truncated dimensions waste most of their capacity. Codebook codes
+(``rq<B>``, ``pq<B>``: B bytes a document) are one more axis, tried on the encoder's full
+output only (method ``none``, its full width, no rescoring): they are searched asymmetrically,
+learn their own subspace, and take exactly the width they were fitted on.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from demitasse.compress import (
+    CodebookQuantizer,
     check_precision,
     make_quantizer,
     precision_help,
@@ -31,6 +35,9 @@ METHODS: tuple[str, ...] = ("none", "truncate", "pca", "pca-whiten", "adaptor")
 #: space may take any registered precision.
 PRECISIONS: tuple[str, ...] = tuple(plain_precisions())
 RESCORE_FACTORS: tuple[int, ...] = (1, 2, 4, 10)
+#: The codebook codes swept by default where documents are searched (retrieval, label-free):
+#: residual codes of 8 to 64 bytes a document, on the encoder's full output.
+CODES: tuple[str, ...] = ("rq8", "rq16", "rq32")
 #: The narrowest width swept: below it, even PCA keeps little of a sentence's meaning.
 MIN_DIM = 8
 #: How binary codes are made: a learned rotation spreads the variance over every bit.
@@ -163,7 +170,10 @@ class EncoderLayers:
 class SweepSpace:
     """Which configurations to try on each encoder and layer.
 
-    ``search=False`` (scored pairs: nothing is searched) leaves rescoring out.
+    ``search=False`` (scored pairs: nothing is searched) leaves rescoring out. ``codes`` are
+    the codebook precisions tried on each encoder's full output (method ``none``, the full
+    width, no rescoring); None (the default) is :data:`CODES` where documents are searched and
+    none for scored pairs.
     """
 
     methods: tuple[str, ...] = METHODS
@@ -173,8 +183,11 @@ class SweepSpace:
     search: bool = True
     encoders: tuple[EncoderLayers, ...] = field(default_factory=tuple)
     backends: tuple[str, ...] = BACKENDS
+    codes: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        codes = (CODES if self.search else ()) if self.codes is None else self.codes
+        object.__setattr__(self, "codes", check_codes(codes))
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown:
             raise DataError(f"unknown tune method {unknown[0]!r}; known: {', '.join(METHODS)}")
@@ -203,14 +216,19 @@ class SweepSpace:
         return [None, *self.rescore_factors]
 
     def layer_configurations(self, encoder: EncoderLayers, layer: int) -> list[Configuration]:
-        """Every configuration of one encoder layer, in the order the sweep evaluates them."""
-        return [
+        """Every configuration of one encoder layer, in the order the sweep evaluates them:
+        the compressors' crossed with widths, precisions and rescoring, then the codebook
+        codes of the encoder's full output."""
+        crossed = [
             Configuration(encoder.name, layer, method, dim, precision, factor)
             for method in self.methods
             for dim in self.dims(method, encoder.dim)
             for precision in self.precisions
             for factor in self.rescorings(precision)
         ]
+        full = encoder.dim
+        codes = [Configuration(encoder.name, layer, "none", full, c) for c in self.codes or ()]
+        return list(dict.fromkeys([*crossed, *codes]))
 
     def configurations(self) -> Iterator[Configuration]:
         for encoder in self.encoders:
@@ -220,6 +238,42 @@ class SweepSpace:
     def smallest_index(self) -> Configuration:
         """The configuration with the fewest index bytes the space holds."""
         return min(self.configurations(), key=lambda c: (c.index_bytes(), -c.dim))
+
+
+def is_codebook_code(precision: str) -> bool:
+    """Whether ``precision`` names codebook codes (``rq16``, ``pq8``): a quantiser that learns
+    codewords on the full fitted width and scores float queries against them."""
+    return isinstance(make_quantizer(precision), CodebookQuantizer)
+
+
+def check_codes(codes: Sequence[str]) -> tuple[str, ...]:
+    """``codes`` as canonical codebook precisions, without repeats (``rq08`` → ``rq8``); a
+    one-line DataError for a name that is no precision or no codebook code."""
+    if isinstance(codes, str):
+        raise DataError(f"codes are a sequence of precisions such as ('rq16',), not {codes!r}")
+    checked = []
+    for code in codes:
+        try:
+            name = check_precision(code)
+        except DemitasseError as exc:
+            raise DataError(f"--codes: {exc}") from None
+        if not is_codebook_code(name):
+            raise DataError(
+                f"--codes takes codebook codes such as rq16 or pq16 (B bytes a document), not "
+                f"{name!r}: plain precisions are swept at every width already"
+            )
+        checked.append(name)
+    return tuple(dict.fromkeys(checked))
+
+
+def parse_codes(text: str) -> tuple[str, ...]:
+    """``"rq8,rq16"`` → ``("rq8", "rq16")``; ``"none"`` → no codes."""
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    if names == ["none"]:
+        return ()
+    if not names:
+        raise DataError(f"--codes takes codebook codes such as rq8,rq16, or none; got {text!r}")
+    return check_codes(names)
 
 
 def parse_backends(text: str) -> tuple[str, ...]:

@@ -4,9 +4,12 @@ Each encoder embeds every text once per layer (cached in the work folder); each 
 fitted once per layer on the corpus and every narrower width is derived from it (they are
 Matryoshka: a width is a prefix), except the adaptor, trained for each width as a model of that
 width would be; each precision's quantiser is fitted once per width, and the rescoring factors
-share one index. Every finished configuration is appended to the results store at once, so an
-interrupted sweep resumes where it stopped. Configurations are scored as the model that would
-be written searches (:mod:`demitasse.tune.scoring`).
+share one index. Codebook codes (``rq16``) are precisions of method ``none``: their quantiser
+is fitted on the encoder's full-width corpus vectors, the same fit vectors int8 and binary
+codes of that width are calibrated on, as the written model fits it. Every finished
+configuration is appended to the results store at once, so an interrupted sweep resumes where
+it stopped. Configurations are scored as the model that would be written searches
+(:mod:`demitasse.tune.scoring`).
 """
 
 from __future__ import annotations
