@@ -172,3 +172,29 @@ def test_retrieval_mistakes_are_one_line(
     _fails_cleanly(capsys, [*on_model, "--rescore", "4"], "keeps no int8 ranges")
     _fails_cleanly(capsys, [*on_model, "--rescore", "2,4"], "give one --rescore factor")
     _fails_cleanly(capsys, [*on_model, "--rotation", "itq"], "carries its own quantiser")
+
+
+def test_eval_sweeps_codebook_codes_searched_asymmetrically(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    folder = _beir_folder(tmp_path / "scifact")
+    texts = tmp_path / "fit.txt"
+    texts.write_text("\n".join(_sentence(i) for i in range(100, 400)) + "\n")
+    out = tmp_path / "out"
+    argv = [
+        "eval", "--model", str(tiny_model), "--beir", str(folder), "--compressor", "none",
+        "--precision", "float32,int8,rq4,pq6", "--fit-data", str(texts), "--out", str(out),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    records = [r for r in _records(out) if r["metric"] == "ndcg@10"]
+    seen = {
+        (r["precision"], r["extra"]["search"], r["bytes_per_vector"], r["extra"]["index_bytes"])
+        for r in records
+    }
+    assert seen == {
+        ("float32", "cosine", 4 * HIDDEN, 4 * HIDDEN),
+        ("int8", "asymmetric", HIDDEN, HIDDEN),
+        ("rq4", "asymmetric", 4, 4),
+        ("pq6", "asymmetric", 6, 6),
+    }
+    assert all(0 <= r["score"] <= 100 for r in records)

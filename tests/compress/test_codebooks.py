@@ -201,3 +201,22 @@ def test_bad_inputs_one_line(fitted, vectors):
         make_quantizer("pq4").score(vectors[:2], codes)
     with pytest.raises(CompressorError, match="at least 9 dims"):
         make_quantizer("pq10", **FAST).fit(vectors[:, :8])
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated", "wrong shape"])
+def test_damaged_saved_codes_fail_in_one_line(fitted, tmp_path, damage):
+    fitted.save(tmp_path / "q")
+    state = tmp_path / "q" / "state.safetensors"
+    if damage == "missing":
+        state.unlink()
+    elif damage == "truncated":
+        state.write_bytes(state.read_bytes()[:100])
+    else:
+        from safetensors.numpy import load_file, save_file
+
+        arrays = load_file(state)
+        arrays["codebooks_"] = arrays["codebooks_"][..., :-1]
+        save_file(arrays, state)
+    with pytest.raises(CompressorError) as exc:
+        load_quantizer(tmp_path / "q")
+    assert "\n" not in str(exc.value)
