@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from demitasse.arrays import unit_rows
 from demitasse.compress import CodebookQuantizer, Int8Quantizer, Quantizer
 from demitasse.errors import DataError, DemitasseError
 
@@ -505,6 +506,13 @@ class AsymmetricScan:
         self.codes = codes
         self._pairs: np.ndarray | None = None
         self._last: np.ndarray | None = None
+        self._decoded: np.ndarray | None = None
+        if isinstance(quantizer, Int8Quantizer):
+            # The bucket centres once, as a float index over int8 codes holds them (faiss has
+            # no int8 flat index); unit rows for cosine, so a query is one matrix product.
+            decoded = quantizer.dequantize(codes)
+            self._decoded = unit_rows(decoded) if self.metric == "cosine" else decoded
+            self._squares = (decoded.astype(np.float64) ** 2).sum(axis=1).astype(np.float32)
         if isinstance(quantizer, CodebookQuantizer):
             words = np.ascontiguousarray(codes[:, : quantizer.n_codebooks])
             paired = words.shape[1] // 2 * 2
@@ -537,7 +545,13 @@ class AsymmetricScan:
             return
         for start in range(0, len(queries), self.QUERY_BLOCK):
             block = queries[start : start + self.QUERY_BLOCK]
-            yield start, quantizer.score(block, self.codes, self.metric)
+            if self._decoded is None:
+                yield start, quantizer.score(block, self.codes, self.metric)
+            elif self.metric == "cosine":
+                yield start, unit_rows(block) @ self._decoded.T
+            else:
+                dots = block @ self._decoded.T
+                yield start, 2 * dots - self._squares - (block**2).sum(axis=1)[:, None]
 
     def search(self, queries: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
         """The top ``depth`` rows per query, best first, equal scores by row."""
