@@ -288,6 +288,7 @@ def score_model(
 
 
 def latency(search: Callable[[np.ndarray], Any], queries: np.ndarray) -> tuple[float, float]:
+    search(queries[:1])  # warm-up: the first call may compile the scan
     times = []
     for query in queries:
         started = time.perf_counter()
@@ -436,7 +437,9 @@ def speed_table(records: Sequence[ResultRecord]) -> str:
     return markdown_table(["corpus", "code", "p50 ms", "p99 ms"], rows)
 
 
-def speed_page(records: Sequence[ResultRecord], command: str, machine: str, wall: float) -> str:
+def speed_page(
+    records: Sequence[ResultRecord], command: str, machine: str, wall: float, note: str = ""
+) -> str:
     page = "\n".join(
         [
             "# Codes: search latency",
@@ -448,8 +451,10 @@ def speed_page(records: Sequence[ResultRecord], command: str, machine: str, wall
             "",
             "One query at a time, top 10, brute force over every code (no partitioning), on",
             "synthetic 384-d unit vectors. demitasse's `rq<B>` (B − 1 codeword bytes and the norm",
-            "byte, the paired lookup-table scan of `AsymmetricScan`) next to faiss's flat PQ with",
-            "B codeword bytes (`IndexPQ`, ADC) and 1-bit RaBitQ with a float query, in one run.",
+            "byte; `AsymmetricScan`'s compiled scan, the `fast` extra) next to faiss's flat PQ",
+            "with B codeword bytes (`IndexPQ`, ADC) and 1-bit RaBitQ with a float query",
+            "(`IndexRaBitQ`, qb = 0), in one run, each after one untimed query.",
+            *([note] if note else []),
             "",
             speed_table(records),
             "",
