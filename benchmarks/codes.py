@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -480,9 +481,8 @@ def plot(records: Sequence[ResultRecord], path: Path) -> Path:
         chosen = [r for r in records if r.model == model and r.metric == "ndcg@10"]
         families: dict[str, list[ResultRecord]] = {}
         for r in chosen:
-            family = r.method.rstrip("0123456789").split("-query")[0]
-            for digit in "0123456789":
-                family = family.replace(digit, "")
+            # One line per kind of code: the budget (and RaBitQ's bit count) varies along it.
+            family = re.sub(r"(pq|rq|opq|sq|pca|rabitq)\d+", r"\1", r.method)
             families.setdefault(family, []).append(r)
         for family, points in families.items():
             points.sort(key=lambda r: r.bytes_per_vector)
