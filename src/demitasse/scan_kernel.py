@@ -4,7 +4,8 @@ One pass over the codes, row by row: a document's score is the sum of its code b
 entries, then ``(sum + offset) · scale[level] + bias[level]`` with ``level`` its last byte
 (the norm byte; without one, scale 1 and bias 0), kept in a k-entry heap as it goes, the way
 faiss's flat PQ scan works. Without numba, :class:`~demitasse.search.AsymmetricScan` takes
-its numpy path (the same scores, about four times slower at a million documents).
+its numpy path: the same scores, about 2.5 times slower at a million documents (rq16:
+18 ms against 7 ms a query).
 """
 
 from __future__ import annotations

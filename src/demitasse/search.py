@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from demitasse.arrays import unit_rows
 from demitasse.compress import CodebookQuantizer, Int8Quantizer, Quantizer
 from demitasse.errors import DataError, DemitasseError
 from demitasse.scan_kernel import compiled_top_k
@@ -283,8 +282,13 @@ class QuantizedIndex:
         self.search_metric = search_metric_of(quantizer, metric_space)
         self.codes = codes
         self.n_bits = 8 * codes.shape[1] if dim is None else int(dim)
-        if quantizer.asymmetric:
+        self._scan: AsymmetricScan | None = None
+        if isinstance(quantizer, CodebookQuantizer):
             self._scan = AsymmetricScan(quantizer, codes, metric_space)
+        elif isinstance(quantizer, Int8Quantizer):
+            # The float query against the codes' bucket centres: an exact float index over
+            # them, as faiss (which has no int8 flat index) held the codes as floats before.
+            self._index = build_index(quantizer.dequantize(codes), metric_space)
         else:
             self._index = build_index(codes, self.search_metric)
         self.rescore_vectors = rescore_vectors
@@ -373,6 +377,10 @@ class QuantizedIndex:
     # ---- search -------------------------------------------------------------------------------
 
     def _query_codes(self, queries: Any) -> np.ndarray:
+        if self.search_metric == "asymmetric":  # the query stays float
+            return _as_float_vectors(
+                _check_floats(queries, "queries"), self.metric_space, "queries"
+            )
         codes = self.quantizer.quantize(_check_floats(queries, "queries"))
         if codes.shape[1] != self.codes.shape[1]:
             raise DataError(
@@ -386,25 +394,28 @@ class QuantizedIndex:
     def first_stage(self, queries: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
         """The top ``depth`` documents by their codes alone: ``(scores, rows)``, best first."""
         depth = min(check_k(depth), self.n_documents)
-        if self.search_metric == "asymmetric":
+        if self._scan is not None:
             return self._scan.search(_check_floats(queries, "queries"), depth)
         distances, rows = self._index.search(self._query_codes(queries), depth)
         if self.search_metric == "hamming":
             scores = (self.n_bits - distances).astype(np.float32)
         else:
-            scores = -distances if self.search_metric == "l2" else distances
+            scores = -distances if self.metric_space == "l2" else distances
         # faiss's heaps already order ties by row; sorting again makes that a guarantee.
         return _best_first(scores, rows.astype(np.int64), depth)
 
     def first_stage_scores(self, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """First-stage scores of the given documents, ``rows`` [m, r] → float32 [m, r]."""
-        if self.search_metric == "asymmetric":
+        if self._scan is not None:
             return self._scan.scores_of(_check_floats(queries, "queries"), rows)
         codes = self._query_codes(queries)
         if self.search_metric == "hamming":
             differ = _POPCOUNT[np.bitwise_xor(codes[:, None, :], self.codes[rows])].sum(axis=2)
             return (self.n_bits - differ).astype(np.float32)
-        documents = _as_float_vectors(self.codes[rows.ravel()], self.search_metric, "codes")
+        kept = self.codes[rows.ravel()]
+        if isinstance(self.quantizer, Int8Quantizer):
+            kept = self.quantizer.dequantize(kept)
+        documents = _as_float_vectors(kept, self.metric_space, "codes")
         return self._similarity(codes, documents.reshape(*rows.shape, -1))
 
     def rescore_scores(self, rescore_queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -488,37 +499,24 @@ def search_metric_of(quantizer: Quantizer, metric_space: str = "cosine") -> str:
 
 
 class AsymmetricScan:
-    """Brute-force search that scores the float query against the documents' codes, as faiss's
-    flat PQ and SQ indexes do, through the quantiser's own ``score``.
+    """Brute-force search of codebook codes with the float query, as faiss's flat PQ index
+    does: per query one table of ``⟨query, codeword⟩``, then table lookups per code byte, and
+    the quantiser's finish (the norm byte turns the sums into cosines).
 
-    Codebook codes take a faster path with the same arithmetic: per query one table of
-    ``⟨query, codeword⟩``; the codes are kept column by column, and pairs of code bytes are
-    looked up together in a 65,536-entry table (the sum of their two tables), which halves the
-    lookups; the quantiser finishes the sums (the norm byte turns them into cosines). Scores
-    equal ``quantizer.score`` up to float32 summation order.
+    With numba (the ``fast`` extra) one compiled pass keeps a k-entry heap
+    (:mod:`demitasse.scan_kernel`). Without it numpy scans: the codes kept column by column,
+    pairs of code bytes looked up together in a 65,536-entry table (the sum of their two
+    tables), which halves the lookups. Scores equal ``quantizer.score`` up to float32
+    summation order.
     """
 
-    #: Queries scored at once by quantisers without the table path (int8).
-    QUERY_BLOCK = 64
-
-    def __init__(self, quantizer: Quantizer, codes: np.ndarray, metric_space: str) -> None:
+    def __init__(self, quantizer: CodebookQuantizer, codes: np.ndarray, metric_space: str) -> None:
         self.quantizer = quantizer
         self.metric = "cosine" if metric_space == "cosine" else "l2"
-        self.codes = codes
+        self.codes = np.ascontiguousarray(codes)
         self._pairs: np.ndarray | None = None
         self._last: np.ndarray | None = None
-        self._decoded: np.ndarray | None = None
-        self._compiled = False
-        if isinstance(quantizer, Int8Quantizer):
-            # The bucket centres once, as a float index over int8 codes holds them (faiss has
-            # no int8 flat index); unit rows for cosine, so a query is one matrix product.
-            decoded = quantizer.dequantize(codes)
-            self._decoded = unit_rows(decoded) if self.metric == "cosine" else decoded
-            self._squares = (decoded.astype(np.float64) ** 2).sum(axis=1).astype(np.float32)
-        if isinstance(quantizer, CodebookQuantizer) and compiled_top_k is not None:
-            self._compiled = True
-            self.codes = np.ascontiguousarray(codes)
-        elif isinstance(quantizer, CodebookQuantizer):
+        if compiled_top_k is None:
             words = np.ascontiguousarray(codes[:, : quantizer.n_codebooks])
             paired = words.shape[1] // 2 * 2
             self._pairs = np.ascontiguousarray(
@@ -526,50 +524,27 @@ class AsymmetricScan:
             )
             self._last = np.ascontiguousarray(words[:, paired]) if words.shape[1] % 2 else None
 
-    def _table_scan(self, quantizer: CodebookQuantizer, query: np.ndarray) -> np.ndarray:
+    def _table_scan(self, query: np.ndarray) -> np.ndarray:
         assert self._pairs is not None
-        scored, tables = quantizer.query_tables(query[None, :], self.metric)
-        # A pair of code bytes indexes the joint table as low + 256 · high, so a codebook
-        # learned with fewer than 256 codewords (few calibration rows) is padded to 256.
-        table = np.zeros((tables.shape[1], 256), np.float32)
-        table[:, : tables.shape[2]] = tables[0]
+        scored, tables = self.quantizer.query_tables(query[None, :], self.metric)
+        table = tables[0]
         total = np.zeros(self.codes.shape[0], np.float32)
         for pair, columns in enumerate(self._pairs):
             joint = (table[2 * pair + 1][:, None] + table[2 * pair][None, :]).ravel()
             total += np.take(joint, columns)
         if self._last is not None:
             total += np.take(table[-1], self._last)
-        return quantizer.finish_scores(scored, total[None, :], self.codes, self.metric)[0]
+        return self.quantizer.finish_scores(scored, total[None, :], self.codes, self.metric)[0]
 
-    def _score_blocks(self, queries: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-        """``(first query, scores [b, n])`` for blocks of queries."""
+    def _compiled_search(self, queries: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
         quantizer = self.quantizer
-        if isinstance(quantizer, CodebookQuantizer):
-            for i, query in enumerate(queries):
-                yield i, self._table_scan(quantizer, query)[None, :]
-            return
-        for start in range(0, len(queries), self.QUERY_BLOCK):
-            block = queries[start : start + self.QUERY_BLOCK]
-            if self._decoded is None:
-                yield start, quantizer.score(block, self.codes, self.metric)
-            elif self.metric == "cosine":
-                yield start, unit_rows(block) @ self._decoded.T
-            else:
-                dots = block @ self._decoded.T
-                yield start, 2 * dots - self._squares - (block**2).sum(axis=1)[:, None]
-
-    def _compiled_search(
-        self, quantizer: CodebookQuantizer, queries: np.ndarray, depth: int
-    ) -> tuple[np.ndarray, np.ndarray]:
         all_scores = np.empty((len(queries), depth), np.float32)
         all_rows = np.empty((len(queries), depth), np.int64)
-        table = np.zeros((quantizer.n_codebooks, 256), np.float32)
         for i, query in enumerate(queries):
             scored, tables = quantizer.query_tables(query[None, :], self.metric)
-            table[:, : tables.shape[2]] = tables[0]
             offset, scale, bias = quantizer.finish_terms(scored[0], self.metric)
             scores, rows = compiled_top_k(
-                table, self.codes, quantizer.n_codebooks, np.float32(offset), scale, bias,
+                tables[0], self.codes, quantizer.n_codebooks, np.float32(offset), scale, bias,
                 quantizer.norm == "byte", depth,
             )  # fmt: skip
             best, kept = _best_first(scores[None, :], rows[None, :], depth)
@@ -578,21 +553,21 @@ class AsymmetricScan:
 
     def search(self, queries: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
         """The top ``depth`` rows per query, best first, equal scores by row."""
-        if self._compiled and isinstance(self.quantizer, CodebookQuantizer):
-            return self._compiled_search(self.quantizer, queries, depth)
+        if self._pairs is None:
+            return self._compiled_search(queries, depth)
         n = self.codes.shape[0]
         all_scores = np.empty((len(queries), depth), np.float32)
         all_rows = np.empty((len(queries), depth), np.int64)
-        for first, block in self._score_blocks(queries):
-            for offset, scores in enumerate(block):
-                if depth < n:
-                    # Every row at least as good as the depth-th best: ties at the cut stay.
-                    cut = np.partition(scores, n - depth)[n - depth]
-                    rows = np.flatnonzero(scores >= cut)
-                else:
-                    rows = np.arange(n)
-                best, kept = _best_first(scores[rows][None, :], rows[None, :], depth)
-                all_scores[first + offset], all_rows[first + offset] = best[0], kept[0]
+        for i, query in enumerate(queries):
+            scores = self._table_scan(query)
+            if depth < n:
+                # Every row at least as good as the depth-th best: ties at the cut stay.
+                cut = np.partition(scores, n - depth)[n - depth]
+                rows = np.flatnonzero(scores >= cut)
+            else:
+                rows = np.arange(n)
+            best, kept = _best_first(scores[rows][None, :], rows[None, :], depth)
+            all_scores[i], all_rows[i] = best[0], kept[0]
         return all_scores, all_rows
 
     def scores_of(self, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:

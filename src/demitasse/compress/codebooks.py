@@ -31,7 +31,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from demitasse.arrays import as_matrix, cosine_rows, is_int
-from demitasse.compress.quantize import Quantizer, random_rotation, register_quantizer
+from demitasse.compress.quantize import (
+    Quantizer,
+    random_rotation,
+    register_quantizer,
+    scored_queries,
+)
 from demitasse.errors import CompressorError
 
 #: Codewords per codebook: one byte per code.
@@ -110,7 +115,6 @@ class CodebookQuantizer(Quantizer):
     #: the log-norms the norm byte spans.
     scalar_state: ClassVar[tuple[str, ...]] = ("n_codewords_", "log_norm_low_", "log_norm_high_")
     NORMS: ClassVar[tuple[str, ...]] = ("byte", "none")
-    SCORE_METRICS: ClassVar[tuple[str, ...]] = ("cosine", "dot", "l2")
 
     code_bytes: int
     norm: str
@@ -244,7 +248,18 @@ class CodebookQuantizer(Quantizer):
     def lookup_tables(self, queries: Any) -> np.ndarray:
         """``⟨query, codeword⟩`` for every codebook and codeword: float32 [q, B', 256]
         (``B'`` = :attr:`n_codebooks`)."""
-        return self._tables(self._checked_queries(queries))
+        return self._padded_tables(self._checked_queries(queries))
+
+    def _padded_tables(self, queries: np.ndarray) -> np.ndarray:
+        """:meth:`_tables` with 256 columns whatever the codewords learned (fewer after few
+        calibration rows): scans index a table by a byte, or a pair of bytes as low + 256 ·
+        high, so every table has one column per byte value (unused ones 0)."""
+        tables = self._tables(queries)
+        if tables.shape[2] == CODEWORDS:
+            return tables
+        padded = np.zeros((*tables.shape[:2], CODEWORDS), np.float32)
+        padded[:, :, : tables.shape[2]] = tables
+        return padded
 
     def score(self, queries: Any, codes: Any, metric: str = "cosine") -> np.ndarray:
         """Asymmetric scores of float ``queries`` [q, d] against document ``codes`` [n, B]:
@@ -265,17 +280,10 @@ class CodebookQuantizer(Quantizer):
     def query_tables(self, queries: Any, metric: str = "cosine") -> tuple[np.ndarray, np.ndarray]:
         """The queries as ``metric`` scores them (unit length for cosine) and their lookup
         tables [q, B', 256]: the first half of :meth:`score`, for scans of their own."""
-        if metric not in self.SCORE_METRICS:
-            raise CompressorError(
-                f"metric must be one of {', '.join(self.SCORE_METRICS)}, got {metric!r}"
-            )
+        Q = scored_queries(self._checked_queries(queries), metric)
         if metric == "l2" and self.norm != "byte":
             raise CompressorError(f"{self.precision} codes without the norm byte cannot score l2")
-        Q = self._checked_queries(queries)
-        if metric == "cosine":
-            lengths = np.linalg.norm(Q, axis=1, keepdims=True)
-            Q = np.divide(Q, lengths, out=np.zeros_like(Q), where=lengths > 0)
-        return Q, self._tables(Q)
+        return Q, self._padded_tables(Q)
 
     def finish_scores(
         self, queries: np.ndarray, sums: np.ndarray, codes: np.ndarray, metric: str

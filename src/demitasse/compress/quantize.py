@@ -25,6 +25,7 @@ from demitasse.arrays import (
     cosine_rows,
     is_int,
     iter_row_chunks,
+    unit_rows,
 )
 from demitasse.compress.params import Params
 from demitasse.errors import CompressorError
@@ -44,6 +45,16 @@ quantizer_names = _REGISTRY.names
 
 #: How an asymmetric score compares a float query with a decoded document.
 SCORE_METRICS: tuple[str, ...] = ("cosine", "dot", "l2")
+
+
+def scored_queries(queries: np.ndarray, metric: str) -> np.ndarray:
+    """float32 ``queries`` as an asymmetric ``metric`` scores them: unit rows for cosine (a
+    zero row stays zero), as given otherwise; a one-line error for an unknown metric."""
+    if metric not in SCORE_METRICS:
+        raise CompressorError(f"metric must be one of {', '.join(SCORE_METRICS)}, got {metric!r}")
+    queries = np.asarray(queries, dtype=np.float32)
+    return unit_rows(queries) if metric == "cosine" else queries
+
 
 # A sized code's precision is its family and its size: "pq16" is 16-byte product codes.
 _SIZED_PRECISION = re.compile(r"([a-z]+)([0-9]+)")
@@ -455,18 +466,12 @@ class Int8Quantizer(Quantizer):
         """Asymmetric scores of float ``queries`` [q, d] against int8 document ``codes``
         [n, d]: the query against each code's bucket centres (as faiss's SQ8 scores), float32
         [q, n]. ``"cosine"``, ``"dot"`` or ``"l2"`` (minus the squared distance)."""
-        if metric not in SCORE_METRICS:
-            raise CompressorError(
-                f"metric must be one of {', '.join(SCORE_METRICS)}, got {metric!r}"
-            )
-        Q = as_matrix(queries, "queries").astype(np.float32)
+        Q = as_matrix(queries, "queries")
         if Q.shape[1] != codes.shape[1]:
             raise CompressorError(
                 f"queries have {Q.shape[1]} dims; the int8 codes have {codes.shape[1]}"
             )
-        if metric == "cosine":
-            lengths = np.linalg.norm(Q, axis=1, keepdims=True)
-            Q = np.divide(Q, lengths, out=np.zeros_like(Q), where=lengths > 0)
+        Q = scored_queries(Q, metric)
         scores = np.empty((Q.shape[0], codes.shape[0]), np.float32)
         for start in range(0, codes.shape[0], DEFAULT_CHUNK_ROWS):
             documents = self.dequantize(np.asarray(codes[start : start + DEFAULT_CHUNK_ROWS]))
