@@ -37,7 +37,7 @@ from _common import HERE, RESULTS_MD, log
 from demitasse.compress import BinaryQuantizer, Int8Quantizer, make_compressor, make_quantizer
 from demitasse.data import resolve_data_dir
 from demitasse.data.beir import BeirDataset, load_beir
-from demitasse.evaluation import ResultRecord, machine_description, write_records
+from demitasse.evaluation import ResultRecord, machine_description, read_records, write_records
 from demitasse.evaluation.ranking_metrics import evaluate_run
 from demitasse.io import atomic_write_text
 from demitasse.loading import load_encoder
@@ -378,7 +378,8 @@ def best_per_budget(records: Sequence[ResultRecord], budgets: Sequence[int]) -> 
     for model in dict.fromkeys(r.model for r in records):
         ndcg = [r for r in records if r.model == model and r.metric == "ndcg@10"]
         full = next(r.score for r in ndcg if r.method == "float32")
-        for budget in budgets:
+        run_budgets = ndcg[0].extra.get("run", {}).get("budgets", budgets)
+        for budget in [b for b in budgets if b in run_budgets]:
             ours = [r for r in ndcg if not r.extra["peer"] and r.bytes_per_vector <= budget]
             peers = [r for r in ndcg if r.extra["peer"] and r.bytes_per_vector <= budget]
             best = max(ours, key=lambda r: r.score, default=None)
@@ -505,18 +506,28 @@ def plot(records: Sequence[ResultRecord], path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def write_page(records, budgets, command, facts) -> str:
+def run_lines(records: Sequence[ResultRecord]) -> list[str]:
+    """One paragraph per model: the run its rows come from (each model is one comparison,
+    all its rows from one run; models may come from different runs)."""
+    lines = []
+    for model in dict.fromkeys(r.model for r in records):
+        facts = next(r.extra["run"] for r in records if r.model == model)
+        lines += [
+            f"**{model}** — command: `{facts['command']}`; machine: {facts['machine']}; wall "
+            f"time {facts['wall_s']:.0f} s; {facts['threads']} thread(s); 1-minute load average "
+            f"{facts['load']} (fit seconds are wall time under that load).",
+            "",
+        ]
+    return lines
+
+
+def write_page(records, budgets) -> str:
     image = plot(records, HERE / "results" / f"{NAME}.png")
     page = "\n".join(
         [
             "# Codes at every byte budget",
             "",
-            f"Command: `{command}`",
-            "",
-            f"Machine: {facts['machine']}; wall time {facts['wall']:.0f} s; "
-            f"{facts['threads']} thread(s); 1-minute load average {facts['load']} (fit seconds "
-            "are wall time under that load).",
-            "",
+            *run_lines(records),
             "Every code is fitted on the corpus vectors alone and searched once with the test",
             "queries; bytes are all a document costs (no code keeps a second copy). demitasse's",
             "`rq<B>`/`pq<B>` spend one of their B bytes on the decoded vector's length.",
@@ -571,25 +582,37 @@ def main() -> int:
         return 0
     folder = Path(args.beir) if args.beir else resolve_data_dir(args.data_dir) / "beir" / "scifact"
     dataset = load_beir(folder, split=args.split)
-    records: list[ResultRecord] = []
-    for model in args.models.split(","):
+    models = args.models.split(",")
+    records_path = HERE / "results" / f"{NAME}.json"
+    # Models not in this run keep the rows of the run that measured them.
+    records = [
+        r
+        for r in (read_records(records_path) if records_path.exists() else [])
+        if r.model not in models and r.dataset == dataset.name
+    ]
+    for model in models:
+        model_started = time.perf_counter()
         model_records, _ = score_model(model, dataset, budgets)
+        facts = {
+            "command": command,
+            "machine": machine_description(),
+            "wall_s": round(time.perf_counter() - model_started),
+            "threads": args.threads,
+            "load": f"{os.getloadavg()[0]:.1f} at the end",
+            "budgets": budgets,
+        }
+        for record in model_records:
+            record.extra = {**record.extra, "run": facts}
         records.extend(model_records)
-    write_records(HERE / "results" / f"{NAME}.json", records)
-    facts = {
-        "machine": machine_description(),
-        "wall": time.perf_counter() - started,
-        "threads": args.threads,
-        "load": f"{os.getloadavg()[0]:.1f} at the end",
-    }
-    page = write_page(records, budgets, command, facts)
+    write_records(records_path, records)
+    page = write_page(records, sorted({b for r in records for b in r.extra["run"]["budgets"]}))
     update_section(
         RESULTS_MD,
         NAME,
         "## Codes at every byte budget\n\n"
         "Retrieval quality against the total bytes a document costs, demitasse's codes next to "
         f"faiss's and sentence-transformers': [results/{NAME}.md](results/{NAME}.md) "
-        f"(`{command}`); search latency: [results/{NAME}_speed.md](results/{NAME}_speed.md).\n",
+        "(the commands are on the page); search latency: [results/{NAME}_speed.md](results/{NAME}_speed.md).\n",
     )
     print(page)
     return 0
