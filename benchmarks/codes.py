@@ -612,7 +612,8 @@ def main() -> int:
         "## Codes at every byte budget\n\n"
         "Retrieval quality against the total bytes a document costs, demitasse's codes next to "
         f"faiss's and sentence-transformers': [results/{NAME}.md](results/{NAME}.md) "
-        "(the commands are on the page); search latency: [results/{NAME}_speed.md](results/{NAME}_speed.md).\n",
+        "(the commands are on the page); search latency: "
+        f"[results/{NAME}_speed.md](results/{NAME}_speed.md).\n",
     )
     print(page)
     return 0

@@ -4,6 +4,8 @@ synthetic embeddings."""
 from __future__ import annotations
 
 import hashlib
+import json
+import random
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -137,3 +139,23 @@ def synthetic_beir(qrels: dict[str, dict[str, int]], n_docs: int, n_queries: int
         query_texts=[f"query {i}" for i in range(n_queries)],
         qrels=qrels,
     )
+
+
+def random_documents(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(8)) for _ in range(n)]
+
+
+def write_beir(folder: Path, n_docs: int = 48, n_queries: int = 16, seed: int = 0) -> Path:
+    """A BEIR folder whose query i is the first words of document i, judged relevant to it."""
+    docs = random_documents(n_docs, seed)
+    (folder / "qrels").mkdir(parents=True)
+    with (folder / "corpus.jsonl").open("w") as f:
+        for i, text in enumerate(docs):
+            f.write(json.dumps({"_id": f"d{i}", "title": "", "text": text}) + "\n")
+    with (folder / "queries.jsonl").open("w") as f:
+        for i in range(n_queries):
+            f.write(json.dumps({"_id": f"q{i}", "text": " ".join(docs[i].split()[:4])}) + "\n")
+    lines = ["query-id\tcorpus-id\tscore", *(f"q{i}\td{i}\t1" for i in range(n_queries))]
+    (folder / "qrels" / "test.tsv").write_text("\r\n".join(lines) + "\r\n")
+    return folder

@@ -36,7 +36,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from demitasse.arrays import check_finite, unit_rows
+from demitasse.arrays import check_finite
 from demitasse.compress import (
     Compressor,
     Quantizer,
@@ -59,6 +59,13 @@ from demitasse.encoders.base import Encoder, check_backend
 from demitasse.errors import CompressorError, DataError, DemitasseError
 from demitasse.io import MARKER, atomic_directory, check_directory_target
 from demitasse.persistence import CONFIG_FILE, demitasse_version, read_config
+from demitasse.pipeline import (
+    RescoreStore,
+    Stages,
+    fit_quantizer,
+    fit_rescore_store,
+    search_prepared,
+)
 from demitasse.search import RESCORE_PRECISIONS, QuantizedIndex, Rescoring
 
 MODEL_KIND = "demitasse-model"
@@ -67,10 +74,6 @@ FORMAT_VERSION = 2
 COMPRESSOR_DIR = "compressor"
 QUANTIZER_DIR = "quantizer"
 RESCORE_DIR = "rescore"
-
-
-#: Rows compressed and quantised together (see ``_finish``).
-_PIPELINE_ROWS = 8192
 
 
 class CompressedModel:
@@ -343,11 +346,11 @@ class CompressedModel:
         self._input_dim = int(X.shape[1])
         self.quantizer = None
         if self.precision != "float32":
-            self.quantizer = make_quantizer(self.precision, **self.quantizer_params)
-            self.quantizer.fit(self._compress(X, None))
+            reduced = self._compress(X, None)
+            self.quantizer = fit_quantizer(self.precision, reduced, self.quantizer_params)
         self.rescore_quantizer = None
-        if self.rescore_precision == "int8":
-            self.rescore_quantizer = make_quantizer("int8").fit(unit_rows(X))
+        if self.rescore_precision is not None:
+            self.rescore_quantizer = fit_rescore_store(X, self.rescore_precision).quantizer
         self.fit_info = {
             "source": source,
             "fit_data": fit_data,
@@ -420,27 +423,29 @@ class CompressedModel:
         dim, precision = self._check_request(dim, precision)
         return self.quantizer_for(precision).bytes_per_vector(dim)
 
+    def stages(self, dim: int | None = None, precision: str | None = None) -> Stages:
+        """The model's stages after the encoder at ``dim`` and ``precision`` (default: its
+        full width and fitted precision), with its rescoring store when it rescores: what
+        every encode, index and search of the model runs (:mod:`demitasse.pipeline`)."""
+        self._check_fitted()
+        dim, precision = self._check_request(
+            dim, self.precision if precision is None else precision
+        )
+        store = None
+        if self.rescores:
+            store = RescoreStore(self.rescore_quantizer)
+        return Stages(self.compressor, self.quantizer_for(precision), dim, store)
+
     def _finish(
         self, X: np.ndarray, dim: int, precision: str, normalize: bool | None
     ) -> np.ndarray:
-        if precision != "float32":
-            quantizer = self.quantizer_for(precision)
-            # Compress and quantise a block of rows at a time: the float block stays in
-            # cache and is reused instead of one float copy of every row (about twice as
-            # fast on stored vectors, where this is all the work).
-            blocks = range(0, len(X), _PIPELINE_ROWS)
-            return np.concatenate(
-                [quantizer.quantize(self._compress(X[s : s + _PIPELINE_ROWS], dim)) for s in blocks]
-            )
-        reduced = self._compress(X, dim)
-        if self.normalize if normalize is None else normalize:
-            reduced /= np.maximum(np.linalg.norm(reduced, axis=1, keepdims=True), 1e-12)
-        return reduced
+        normalize = self.normalize if normalize is None else normalize
+        return self.stages(dim, precision).encode(X, normalize=normalize)
 
     def _compress(self, X: np.ndarray, dim: int | None) -> np.ndarray:
-        if self.compressor is None:
-            return np.array(X, dtype=np.float32, copy=True)
-        return self.compressor.transform(X, dim=dim)
+        if dim is None:  # the compressor's full width (also while fitting the quantiser)
+            dim = X.shape[1] if self.compressor is None else int(self.compressor.output_dim_)
+        return Stages(self.compressor, make_quantizer("float32"), dim).compress(X)
 
     def _check_request(self, dim: int | None, precision: str) -> tuple[int, str]:
         precision = check_precision(precision)
@@ -524,16 +529,13 @@ class CompressedModel:
     def transform_for_rescoring(self, vectors: Any) -> np.ndarray:
         """:meth:`encode_for_rescoring` for vectors of the encoder's width (or from an API)."""
         self._check_rescoring()
-        unit = unit_rows(self._check_vectors(vectors))
-        if self.rescore_quantizer is None:
-            return unit
-        return self.rescore_quantizer.quantize(unit)
+        return RescoreStore(self.rescore_quantizer).keep(self._check_vectors(vectors))
 
     def rescore_bytes_per_vector(self) -> int:
         """Bytes per document kept for rescoring, besides the index's codes (0 without)."""
         if not self.rescores:
             return 0
-        return self.input_dim * (1 if self.rescore_precision == "int8" else 4)
+        return RescoreStore(self.rescore_quantizer).bytes_per_vector(self.input_dim)
 
     def search_index(
         self, corpus: Sequence[str] | np.ndarray, *, dim: int | None = None,
@@ -543,19 +545,8 @@ class CompressedModel:
         ``precision`` (default: its full width and fitted precision) held in memory, plus
         the rescoring store when the model rescores. ``corpus`` is texts, or vectors of the
         encoder's width. Query it with :meth:`search`."""
-        self._check_fitted()
-        dim, precision = self._check_request(
-            dim, self.precision if precision is None else precision
-        )
-        X = self._vectors_of(corpus, "corpus")
-        quantizer = self.quantizer_for(precision)
-        return QuantizedIndex(
-            quantizer.quantize(self._compress(X, dim)),
-            quantizer,
-            dim=dim,
-            rescore_vectors=self.transform_for_rescoring(X) if self.rescores else None,
-            rescore_quantizer=self.rescore_quantizer,
-        )
+        stages = self.stages(dim, precision)
+        return stages.index(self._vectors_of(corpus, "corpus"))
 
     def search_queries(
         self, queries: Sequence[str] | np.ndarray, *, dim: int | None = None
@@ -563,10 +554,8 @@ class CompressedModel:
         """What :meth:`search` sends to an index: the queries' compressed float vectors (the
         first stage quantises them as the documents) and their normalised full encoder output
         for rescoring (None when the model does not rescore)."""
-        self._check_fitted()
-        dim, _ = self._check_request(dim, "float32")
-        X = self._vectors_of(queries, "queries")
-        return self._compress(X, dim), unit_rows(X) if self.rescores else None
+        stages = self.stages(dim, "float32")
+        return stages.queries(self._vectors_of(queries, "queries"))
 
     def search(
         self,
@@ -583,12 +572,7 @@ class CompressedModel:
         if rescore_factor is not None:
             self._check_rescoring()
         factor = self.rescore_factor if rescore_factor is None else rescore_factor
-        return index.search(
-            first_stage,
-            k,
-            rescore_multiplier=factor if rescore_queries is not None else None,
-            rescore_queries=rescore_queries,
-        )
+        return search_prepared(index, first_stage, rescore_queries, k, factor)
 
     def _vectors_of(self, items: Sequence[str] | np.ndarray, what: str) -> np.ndarray:
         if isinstance(items, np.ndarray):

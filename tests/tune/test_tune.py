@@ -6,7 +6,6 @@ said."""
 from __future__ import annotations
 
 import json
-import random
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -41,7 +40,7 @@ from demitasse.tune.space import (
     parse_methods,
 )
 from demitasse.tune.store import STORE_FILE, ResultsStore
-from tests.helpers import WORDS, build_tiny_model
+from tests.helpers import build_tiny_model, random_documents, write_beir
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -52,26 +51,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny"), layers=2, hidden=32)
-
-
-def _documents(n: int, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(8)) for _ in range(n)]
-
-
-def write_beir(folder: Path, n_docs: int = 48, n_queries: int = 16, seed: int = 0) -> Path:
-    """A BEIR folder whose query i is the first words of document i, judged relevant to it."""
-    docs = _documents(n_docs, seed)
-    (folder / "qrels").mkdir(parents=True)
-    with (folder / "corpus.jsonl").open("w") as f:
-        for i, text in enumerate(docs):
-            f.write(json.dumps({"_id": f"d{i}", "title": "", "text": text}) + "\n")
-    with (folder / "queries.jsonl").open("w") as f:
-        for i in range(n_queries):
-            f.write(json.dumps({"_id": f"q{i}", "text": " ".join(docs[i].split()[:4])}) + "\n")
-    lines = ["query-id\tcorpus-id\tscore", *(f"q{i}\td{i}\t1" for i in range(n_queries))]
-    (folder / "qrels" / "test.tsv").write_text("\r\n".join(lines) + "\r\n")
-    return folder
 
 
 @pytest.fixture
@@ -361,7 +340,7 @@ def test_data_comes_in_one_of_the_accepted_combinations(tmp_path: Path, beir: Pa
     )
     assert own.fingerprint() == judged.fingerprint()
     text = tmp_path / "corpus.txt"
-    text.write_text("\n".join(_documents(10)) + "\n\n")
+    text.write_text("\n".join(random_documents(10)) + "\n\n")
     assert load_tune_data(corpus=text).kind == "label-free"
     for kwargs, message in [
         ({}, "give the data to tune on"),
@@ -551,7 +530,7 @@ def write_pairs(path: Path, model: Path, n: int = 20) -> Path:
     scores 100 on them, and any coarser code less (its similarities tie)."""
     from demitasse.loading import load_encoder
 
-    docs = _documents(2 * n, seed=3)
+    docs = random_documents(2 * n, seed=3)
     vectors = load_encoder(model, cache=False).encode(docs)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     gold = (vectors[:n] * vectors[n:]).sum(axis=1)

@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from demitasse.arrays import unit_rows
 from demitasse.compress import Quantizer, make_compressor, make_quantizer
 from demitasse.compress.vocabulary import resolve_auto
 from demitasse.encoders.base import Encoder
@@ -18,6 +17,7 @@ from demitasse.errors import DemitasseError
 from demitasse.evaluation.records import ResultRecord, rescoring_extra
 from demitasse.evaluation.tasks import EmbeddedTexts, Task
 from demitasse.model import CompressedModel
+from demitasse.pipeline import Stages, fit_quantizer, fit_rescore_store
 
 logger = logging.getLogger(__name__)
 
@@ -98,9 +98,10 @@ def evaluate_grid(
                 spec_dims = [d for d in spec_dims if d <= compressor.output_dim_]
             for dim in spec_dims:
                 fields = {"model": encoder.name, "layer": layer, "method": spec.label, "dim": dim}
+                reduce = Stages(compressor, make_quantizer("float32"), dim).compress
                 records += _score_precisions(
-                    _apply(compressor, vectors[layer], dim),
-                    _apply(compressor, fit_vectors[layer], dim) if fit_vectors else None,
+                    reduce(vectors[layer]),
+                    reduce(fit_vectors[layer]) if fit_vectors else None,
                     texts, tasks, precisions, fields,
                     fit_data if compressor is not None else None, fit_data, bar,
                     store=store, quantizer_params=quantizer_params or {},
@@ -154,9 +155,7 @@ def _score_precisions(
         rescore_quantizer = make_quantizer("int8").fit(reduced_fit)
     for precision in precisions:
         params = dict(quantizer_params.get(precision, {}))
-        quantizer = make_quantizer(precision, **params)
-        if reduced_fit is not None:
-            quantizer.fit(reduced_fit)
+        quantizer = fit_quantizer(precision, reduced_fit, params)
         dim = fields["dim"]
         embedded = EmbeddedTexts(
             texts,
@@ -209,7 +208,7 @@ def evaluate_model(
     fit_data = (model.fit_info or {}).get("fit_data")
     records: list[ResultRecord] = []
     for dim in dims:
-        reduced = model.compress(vectors, dim)
+        reduced = model.stages(dim, "float32").compress(vectors)
         for precision in precisions:
             quantizer = model.quantizer_for(precision)
             embedded = _model_embedded(model, texts, vectors, reduced, dim, precision)
@@ -238,11 +237,11 @@ def _model_embedded(
     precision: str,
 ) -> EmbeddedTexts:
     """``texts`` as ``model`` stores them at ``dim`` and ``precision``, with its rescoring."""
-    quantizer = model.quantizer_for(precision)
+    stages = model.stages(dim, precision)
     return EmbeddedTexts(
         texts,
-        quantizer.quantize(reduced),
-        quantizer,
+        stages.quantize(reduced),
+        stages.quantizer,
         dim,
         vectors=reduced,
         rescore_quantizer=model.quantizer if model.precision == "int8" else None,
@@ -343,14 +342,8 @@ def _encoder_store(
         return None
     quantizer = None
     if fit_vectors is not None and _keeps_int8_vectors(tasks, "encoder"):
-        quantizer = make_quantizer("int8").fit(unit_rows(fit_vectors))
+        quantizer = fit_rescore_store(fit_vectors, "int8").quantizer
     return EncoderStore(vectors, quantizer)
-
-
-def _apply(compressor: object, vectors: np.ndarray, dim: int) -> np.ndarray:
-    if compressor is None:
-        return vectors
-    return compressor.transform(vectors, dim=dim)  # type: ignore[attr-defined]
 
 
 def _summary_line(record: ResultRecord) -> str:

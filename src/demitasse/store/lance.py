@@ -41,6 +41,7 @@ from tqdm.auto import tqdm
 
 from demitasse.data import check_texts
 from demitasse.errors import DataError, DemitasseError, one_line
+from demitasse.pipeline import search_prepared
 from demitasse.provenance import ProvenanceError, check_provenance
 from demitasse.search import QuantizedIndex, check_k
 from demitasse.store._layout import (
@@ -297,7 +298,8 @@ class LanceStore:
             candidates = _hamming_candidates(table, code, depth, n_rows, columns)
             index = _index_of(candidates, layout, model)
             one = slice(i, i + 1)
-            scores, rows = _search_index(index, first_stage[one], rescore_queries, one, k, factor)
+            which = None if rescore_queries is None else rescore_queries[one]
+            scores, rows = search_prepared(index, first_stage[one], which, k, factor)
             found.append(_hits(candidates[ROW], candidates[ID], scores[0], rows[0]))
         return found
 
@@ -316,7 +318,7 @@ class LanceStore:
             scanned = _scan(table, layout.search_columns)
             self._scanned = (version, _index_of(scanned, layout, model), *_row_ids(scanned))
         _, index, rows_of, ids_of = self._scanned
-        scores, rows = _search_index(index, first_stage, rescore_queries, slice(None), k, factor)
+        scores, rows = search_prepared(index, first_stage, rescore_queries, k, factor)
         return [_hits(rows_of, ids_of, s, r) for s, r in zip(scores, rows, strict=True)]
 
 
@@ -472,24 +474,6 @@ def _index_of(found: pa.Table, layout: Layout, model: CompressedModel) -> Quanti
         dim=layout.dim,
         rescore_vectors=rescore_vectors,
         rescore_quantizer=rescore_quantizer,
-    )
-
-
-def _search_index(
-    index: QuantizedIndex,
-    first_stage: np.ndarray,
-    rescore_queries: np.ndarray | None,
-    which: slice,
-    k: int,
-    factor: float | None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """As :meth:`CompressedModel.search`: rescoring when the model keeps rescoring vectors."""
-    rescoring = rescore_queries is not None
-    return index.search(
-        first_stage,
-        k,
-        rescore_multiplier=factor if rescoring else None,
-        rescore_queries=rescore_queries[which] if rescore_queries is not None else None,
     )
 
 

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from demitasse.arrays import unit_rows
-from demitasse.compress import Quantizer, make_quantizer
+from demitasse.compress import Quantizer
 from demitasse.errors import DataError
 from demitasse.evaluation.label_free import neighbourhood_agreement
 from demitasse.evaluation.ranking_metrics import evaluate_run, per_query, search_depth
 from demitasse.metrics import spearman_x100
+from demitasse.pipeline import RescoreStore, fit_rescore_store, search_prepared
 from demitasse.search import QuantizedIndex, SearchLatency, measure_search_latency
 from demitasse.tune.data import TuneData
 
@@ -84,12 +84,10 @@ class LayerVectors:
         queries = vectors[rows(data.queries)] if data.queries else None
         return cls(vectors[rows(data.corpus)], vectors[rows(documents)], queries)
 
-    def rescoring(self) -> tuple[Quantizer, np.ndarray, np.ndarray]:
-        """The rescoring store as a model that rescores keeps it: int8 ranges fitted on the
-        normalised corpus vectors, the documents' codes, the normalised float queries."""
-        quantizer = make_quantizer("int8").fit(unit_rows(self.corpus))
-        queries = self.documents if self.queries is None else self.queries
-        return quantizer, quantizer.quantize(unit_rows(self.documents)), unit_rows(queries)
+    def rescoring(self) -> RescoreStore:
+        """The rescoring store as a model that rescores keeps it: int8 codes of the full
+        output, ranges fitted on the normalised corpus vectors."""
+        return fit_rescore_store(self.corpus, "int8")
 
 
 @dataclass(frozen=True)
@@ -107,13 +105,7 @@ class SearchSide:
     ) -> np.ndarray:
         """Rows of the top ``k`` documents of each query (of ``queries``)."""
         rescore = None if self.rescore_queries is None else self.rescore_queries[queries]
-        _, rows = self.index.search(
-            self.queries[queries],
-            k,
-            rescore_multiplier=factor if rescore is not None else None,
-            rescore_queries=rescore,
-        )
-        return rows
+        return search_prepared(self.index, self.queries[queries], rescore, k, factor)[1]
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from demitasse.compress import Compressor, Quantizer, make_compressor, make_quantizer
+from demitasse.compress import Compressor, make_compressor, make_quantizer
 from demitasse.errors import DataError
 from demitasse.evaluation.records import ResultRecord
-from demitasse.search import QuantizedIndex
+from demitasse.pipeline import RescoreStore, Stages, fit_quantizer
 from demitasse.tune.choice import Outcome
 from demitasse.tune.data import TuneData
 from demitasse.tune.encoding import EncodedTexts, encode, measure_speeds, speed_sample
@@ -255,23 +255,50 @@ class Sweep:
     ) -> None:
         """Fit ``method`` on one layer's corpus and measure its pending configurations."""
         vectors = self.layer_vectors(encoded, layer)
-        searched = self.space.search and self.data.kind != "pairs"
-        rescoring = vectors.rescoring() if searched else None
+        rescoring = self._rescoring(vectors)
         per_width = method == "adaptor"
         dims = sorted({c.dim for c in todo}, reverse=not per_width)
-        shared = None if per_width else self._fit(method, max(dims), vectors.corpus)
+        shared = None
+        if not per_width:
+            shared = self._fit(method, self._fit_width(encoded, method), vectors.corpus)
         for dim in dims:
             if per_width and not self._adaptor_fits_in_budget(dim):
                 bar.update(sum(c.dim == dim for c in todo))
                 continue
             compressor = self._fit_timed(method, dim, vectors.corpus) if per_width else shared
-            compress = _compressing(compressor, dim)
+            reduced_corpus = Stages(compressor, make_quantizer("float32"), dim).compress(
+                vectors.corpus
+            )
             for precision in dict.fromkeys(c.precision for c in todo if c.dim == dim):
-                quantizer = _quantizer(precision, compress(vectors.corpus))
-                side = _side(vectors, compress, quantizer, dim, rescoring)
+                quantizer = fit_quantizer(precision, reduced_corpus, quantizer_params(precision))
+                side = _side(vectors, Stages(compressor, quantizer, dim, rescoring))
                 for config in (c for c in todo if (c.dim, c.precision) == (dim, precision)):
                     self._measure(config, side, scorer, encoded)
                     bar.update()
+
+    def stages(self, config: Configuration) -> Stages:
+        """One configuration's stages, fitted as the sweep fits them (what it measures)."""
+        encoded = self.encoder(config.encoder)
+        vectors = self.layer_vectors(encoded, config.layer)
+        width = (
+            config.dim if config.method == "adaptor" else self._fit_width(encoded, config.method)
+        )
+        compressor = self._fit(config.method, width, vectors.corpus)
+        reduced = Stages(compressor, make_quantizer("float32"), config.dim).compress(vectors.corpus)
+        quantizer = fit_quantizer(config.precision, reduced, quantizer_params(config.precision))
+        return Stages(compressor, quantizer, config.dim, self._rescoring(vectors))
+
+    def _rescoring(self, vectors: LayerVectors) -> RescoreStore | None:
+        """The store every configuration of a searched sweep may rescore from (searched
+        without a factor, it is not read)."""
+        searched = self.space.search and self.data.kind != "pairs"
+        return vectors.rescoring() if searched else None
+
+    def _fit_width(self, encoded: EncodedTexts, method: str) -> int:
+        """The width a compressor shared by every width of ``method`` is fitted at: the
+        widest the space tries (narrower ones are its prefixes, bit for bit the vectors of a
+        model fitted at that width), whichever of them a resumed sweep still measures."""
+        return max(self.space.dims(method, encoded.dim))
 
     def _fit(self, method: str, dim: int, corpus: np.ndarray) -> Compressor | None:
         """The compressor of ``method`` fitted on the corpus at width ``dim``, as a model of
@@ -363,36 +390,11 @@ def _read_spread(stored: Any) -> tuple[float, float, int] | None:
     return float(variance), float(covariance), int(n)
 
 
-def _compressing(compressor: Compressor | None, dim: int) -> Callable[[np.ndarray], np.ndarray]:
-    """Vectors → the configuration's float vectors at ``dim`` (as ``CompressedModel`` does)."""
-    if compressor is None:
-        return lambda vectors: np.array(vectors, dtype=np.float32, copy=True)
-    return lambda vectors: compressor.transform(vectors, dim=dim)
-
-
-def _quantizer(precision: str, reduced_corpus: np.ndarray) -> Quantizer:
-    """The precision's quantiser, calibrated on the corpus at the configuration's width."""
-    quantizer = make_quantizer(precision, **quantizer_params(precision))
-    return quantizer.fit(reduced_corpus) if precision != "float32" else quantizer
-
-
-def _side(
-    vectors: LayerVectors,
-    compress: Callable[[np.ndarray], np.ndarray],
-    quantizer: Quantizer,
-    dim: int,
-    store: tuple[Quantizer, np.ndarray, np.ndarray] | None,
-) -> SearchSide | PairSide:
-    """The index and queries (or pair codes) of one width and precision."""
+def _side(vectors: LayerVectors, stages: Stages) -> SearchSide | PairSide:
+    """The index and queries (or pair codes) of one configuration's stages."""
     if vectors.left is not None and vectors.right is not None:
-        left = quantizer.quantize(compress(vectors.left))
-        return PairSide(quantizer, left, quantizer.quantize(compress(vectors.right)), dim)
-    index = QuantizedIndex(
-        quantizer.quantize(compress(vectors.documents)),
-        quantizer,
-        dim=dim,
-        rescore_vectors=None if store is None else store[1],
-        rescore_quantizer=None if store is None else store[0],
-    )
+        left, right = stages.encode(vectors.left), stages.encode(vectors.right)
+        return PairSide(stages.quantizer, left, right, stages.dim)
     queries = vectors.documents if vectors.queries is None else vectors.queries
-    return SearchSide(index, compress(queries), None if store is None else store[2])
+    first_stage, rescore_queries = stages.queries(queries)
+    return SearchSide(stages.index(vectors.documents), first_stage, rescore_queries)
