@@ -39,7 +39,6 @@ from demitasse.data import resolve_data_dir
 from demitasse.data.beir import BeirDataset, load_beir
 from demitasse.evaluation import ResultRecord, machine_description, read_records, write_records
 from demitasse.evaluation.ranking_metrics import evaluate_run
-from demitasse.io import atomic_write_text
 from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
 from demitasse.report.results_file import update_section
@@ -464,7 +463,7 @@ def speed_page(
             "",
         ]
     )
-    atomic_write_text(HERE / "results" / f"{NAME}_speed.md", page)
+    update_section(RESULTS_MD, f"{NAME}_speed", page)
     return page
 
 
@@ -536,7 +535,7 @@ def write_page(records, budgets) -> str:
             "",
             best_per_budget([r for r in records if r.task == "retrieval"], budgets),
             "",
-            f"![quality against bytes]({image.name})",
+            f"![quality against bytes](results/{image.name})",
             "",
             "## Every configuration",
             "",
@@ -546,7 +545,7 @@ def write_page(records, budgets) -> str:
             "",
         ]
     )
-    atomic_write_text(HERE / "results" / f"{NAME}.md", page)
+    update_section(RESULTS_MD, NAME, page)
     return page
 
 
@@ -606,15 +605,6 @@ def main() -> int:
         records.extend(model_records)
     write_records(records_path, records)
     page = write_page(records, sorted({b for r in records for b in r.extra["run"]["budgets"]}))
-    update_section(
-        RESULTS_MD,
-        NAME,
-        "## Codes at every byte budget\n\n"
-        "Retrieval quality against the total bytes a document costs, demitasse's codes next to "
-        f"faiss's and sentence-transformers': [results/{NAME}.md](results/{NAME}.md) "
-        "(the commands are on the page); search latency: "
-        f"[results/{NAME}_speed.md](results/{NAME}_speed.md).\n",
-    )
     print(page)
     return 0
 

@@ -89,30 +89,52 @@ def test_a_missing_template_is_one_line(tmp_path: Path) -> None:
         SectionTemplate.load(tmp_path / "none.md")
 
 
-def test_fill_section_replaces_only_its_own_section(tmp_path: Path) -> None:
+def test_fill_section_replaces_only_its_own_page_and_index_line(tmp_path: Path) -> None:
     results = tmp_path / "RESULTS.md"
     update_section(results, "other", "## Other\n\nkept")
     update_section(results, "run", "## Run (`run`)\n\nold figures")
     template = load(tmp_path)
     values = {"name": "run", "arguments": "", "machine": "m", "note": "", "table": "| new |"}
     body = fill_section(results, "run", template, **values)
-    text = results.read_text(encoding="utf-8")
-    assert f"<!-- BEGIN run -->\n{body}\n<!-- END run -->" in text
-    assert "old figures" not in text
-    assert "<!-- BEGIN other -->\n## Other\n\nkept\n<!-- END other -->" in text
-    assert text.index("BEGIN other") < text.index("BEGIN run")
-    assert {p.name for p in tmp_path.iterdir()} == {"RESULTS.md", "run.md"}  # no temporaries
+    index = results.read_text(encoding="utf-8")
+    assert "<!-- BEGIN run -->\n- [Run (`run`)](results/run.md)\n<!-- END run -->" in index
+    assert "figures" not in index and index.index("BEGIN other") < index.index("BEGIN run")
+    page = (tmp_path / "results" / "run.md").read_text(encoding="utf-8")
+    assert body.strip() in page and "old figures" not in page
+    assert "kept" in (tmp_path / "results" / "other.md").read_text(encoding="utf-8")
+    assert {p.name for p in tmp_path.iterdir()} == {"RESULTS.md", "run.md", "results"}
+    assert {p.name for p in (tmp_path / "results").iterdir()} == {"run.md", "other.md"}
+
+
+def test_a_page_links_from_its_own_folder(tmp_path: Path) -> None:
+    results = tmp_path / "RESULTS.md"
+    body = "## Plot\n\n![a](results/a.png) [doc](../docs/x.md) [web](https://x.org) [h](#top)"
+    page = update_section(results, "plot", body).read_text(encoding="utf-8")
+    assert "![a](a.png) [doc](../../docs/x.md) [web](https://x.org) [h](#top)" in page
 
 
 def test_hand_written_notes_outlive_a_re_run(tmp_path: Path) -> None:
     results = tmp_path / "RESULTS.md"
-    update_section(results, "bench", "Command: `run`\n\n| a |\n|---|\n| 1 |")
-    text = results.read_text()
+    page = update_section(results, "bench", "Command: `run`\n\n| a |\n|---|\n| 1 |")
+    text = page.read_text()
     note = "<!-- notes -->\nNote (by hand): the first run was on a loaded machine.\n<!-- /notes -->"
-    results.write_text(text.replace("| 1 |\n", "| 1 |\n\n" + note + "\n"))
+    page.write_text(text.replace("| 1 |\n", "| 1 |\n\n" + note + "\n"))
     update_section(results, "bench", "Command: `run`\n\n| a |\n|---|\n| 2 |")
-    text = results.read_text()
+    text = page.read_text()
     assert "| 2 |" in text and "| 1 |" not in text
     assert text.count(note) == 1 and text.index("| 2 |") < text.index(note)
     update_section(results, "bench", "Command: `run`\n\n| a |\n|---|\n| 3 |")
-    assert results.read_text().count(note) == 1
+    assert page.read_text().count(note) == 1
+
+
+def test_every_link_of_the_results_index_and_its_pages_resolves() -> None:
+    benchmarks = Path(__file__).resolve().parents[2] / "benchmarks"
+    pages = [benchmarks / "RESULTS.md", *sorted((benchmarks / "results").glob("*.md"))]
+    broken = [
+        (page.name, target)
+        for page in pages
+        for target in re.findall(r"!?\[[^\]]*\]\(([^)\s]+)\)", page.read_text(encoding="utf-8"))
+        if not re.match(r"^[a-z]+:|^#", target) and not (page.parent / target).exists()
+    ]
+    assert broken == []
+    assert len((benchmarks / "RESULTS.md").read_bytes()) < 30 * 1024
