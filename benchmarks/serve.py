@@ -137,7 +137,7 @@ def ensure_static(path: Path, data_dir: str | None) -> Path:
     log(f"no static model at {path}: distilling a small one (4,000 sentences, 300 steps)")
     corpus = Path(data_dir or os.environ.get("DEMITASSE_DATA", "../shared/data")) / "unlabeled/en"
     subprocess.run([sys.executable, "-m", "demitasse", "distill-static", "--corpus", str(corpus),
-                    "--out", str(path), "--max-sentences", "4000", "--steps", "300"],
+                    "--out", str(path), "--max-sentences", "4000", "--max-steps", "300"],
                    check=True)  # fmt: skip
     return path
 

@@ -76,7 +76,7 @@ def test_every_precision_and_compressor_option_of_the_cli_comes_from_the_registr
                 assert action.choices is not None
                 assert list(action.choices) == list(RESCORE_PRECISIONS)
                 assert all(is_precision(p) for p in action.choices)
-            elif flags & {"--method", "--compressor"} and command in ("fit", "eval"):
+            elif "--compressor" in flags and command in ("fit", "eval"):
                 seen["compressor"] += 1
                 listed = (action.help or "").split(": ", 1)[1].split(";")[0].split(", ")
                 assert listed == compressor_choices(), command
@@ -85,6 +85,33 @@ def test_every_precision_and_compressor_option_of_the_cli_comes_from_the_registr
     for name in compressor_choices():
         method, _ = resolve_compressor(name)
         assert method is None or method in compressor_names()
+
+
+#: Names the commands once used for what now has one name each: an output path is --out, a
+#: compressor --compressor (a list of them --compressors), a training objective --objective, a
+#: Parquet column of vectors --vector-column, a cap on optimiser steps --max-steps.
+RETIRED_FLAGS = {
+    "--output", "--output-dir", "--out-dir", "--method", "--methods", "--column",
+    "--model-dir", "--steps",
+}  # fmt: skip
+
+
+def test_the_commands_share_one_vocabulary_of_flags() -> None:
+    flags: dict[str, set[str]] = {}
+    for command, parser in _subparsers(build_parser()).items():
+        for action in parser._actions:
+            long_names = [o for o in action.option_strings if o.startswith("--")]
+            assert len(long_names) <= 1, f"{command}: one name a flag, not {long_names}"
+            for name in long_names:
+                flags.setdefault(name, set()).add(command)
+    assert not RETIRED_FLAGS & set(flags), sorted(RETIRED_FLAGS & set(flags))
+    writers = {"eval", "report", "train", "fit", "encode", "transform", "export", "embed",
+               "recompress", "tune", "distill-static", "demo"}  # fmt: skip
+    assert flags["--out"] == writers
+    assert flags["--compressor"] == {"fit", "eval"} and flags["--compressors"] == {"tune"}
+    assert flags["--objective"] == {"train"}
+    assert flags["--vector-column"] == {"fit", "transform", "recompress"}
+    assert flags["--max-steps"] == {"train", "distill-static"}
 
 
 def test_precision_names_round_trip_through_the_registry() -> None:
@@ -115,8 +142,8 @@ def test_precision_names_round_trip_through_the_registry() -> None:
 @pytest.mark.parametrize(
     "argv",
     [
-        ["encode", "no-such-model", "--input", "t.txt", "--output", "o.npy"],
-        ["transform", "no-such-model", "--input", "v.npy", "--output", "o.npy"],
+        ["encode", "no-such-model", "--input", "t.txt", "--out", "o.npy"],
+        ["transform", "no-such-model", "--input", "v.npy", "--out", "o.npy"],
         ["fit", "--vectors", "v.npy", "--out", "m"],
         ["embed", "no-such-model", "--input", "t.txt", "--out", "o"],
         ["index", "no-such-model", "--input", "t.txt", "--db", "db"],
@@ -143,12 +170,12 @@ def test_the_cli_fits_and_writes_product_codes(
 ) -> None:
     vectors = correlated(n=300, d=24)
     np.save(tmp_path / "v.npy", vectors)
-    fit = ["fit", "--vectors", str(tmp_path / "v.npy"), "--method", "pca", "--dim", "16"]
+    fit = ["fit", "--vectors", str(tmp_path / "v.npy"), "--compressor", "pca", "--dim", "16"]
     assert main([*fit, "--precision", "pq8", "--out", str(tmp_path / "m")]) == 0
     assert "precisions float32, binary, pq8" in capsys.readouterr().out
     out = tmp_path / "codes.npy"
     argv = ["transform", str(tmp_path / "m"), "--input", str(tmp_path / "v.npy")]
-    assert main([*argv, "--output", str(out), "--precision", "pq08"]) == 0
+    assert main([*argv, "--out", str(out), "--precision", "pq08"]) == 0
     codes = np.load(out)
     assert codes.dtype == np.uint8 and codes.shape == (300, 8)
     model = CompressedModel.load(tmp_path / "m")
@@ -181,10 +208,10 @@ def test_compressor_names_are_the_same_for_the_cli_and_the_model(
     np.save(tmp_path / "v.npy", vectors)
     capsys.readouterr()
     argv = ["fit", "--vectors", str(tmp_path / "v.npy"), "--out", str(tmp_path / "m")]
-    assert main([*argv, "--method", "pooler", "--dim", "8"]) == 2
+    assert main([*argv, "--compressor", "pooler", "--dim", "8"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "not fitted on vectors" in err
-    assert main([*argv, "--method", "pca-abtt", "--dim", "8"]) == 0
+    assert main([*argv, "--compressor", "pca-abtt", "--dim", "8"]) == 0
     saved = CompressedModel.load(tmp_path / "m").compressor
     assert saved is not None and saved.get_params() == spec.get_params()
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from demitasse.cli import main
+from demitasse.io import MARKER
 from tests.helpers import build_tiny_model
 
 
@@ -97,15 +98,28 @@ def test_eval_takes_sts_sets_as_published_folders_and_files(
 def test_a_failed_run_leaves_previous_results_intact(
     tiny_model: Path, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "out"  # an earlier run's folder: results.json and report/
+    out = tmp_path / "out"  # an earlier run's folder: results.json, report/ and the marker
     (out / "report").mkdir(parents=True)
     (out / "results.json").write_text("[]\n")
+    (out / MARKER).write_text(json.dumps({"kind": "evaluation results", "complete": True}))
     _fails_cleanly(
         capsys,
         ["eval", "--model", "no-such-model-xyz", "--data-dir", str(data_dir), "--out", str(out)],
         "no-such-model-xyz",
     )
     assert (out / "results.json").read_text() == "[]\n"
+
+
+def test_eval_refuses_a_folder_without_the_marker_of_its_results(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"  # results.json and report/, but written by no demitasse run
+    (out / "report").mkdir(parents=True)
+    (out / "results.json").write_text("[]\n")
+    argv = ["eval", "--model", "no-such-model-xyz", "--data-dir", str(data_dir), "--out", str(out)]
+    _fails_cleanly(capsys, argv, "refusing to replace")
+    assert (out / "results.json").read_text() == "[]\n"
+    assert sorted(p.name for p in out.iterdir()) == ["report", "results.json"]
 
 
 @pytest.mark.parametrize(
@@ -158,17 +172,17 @@ def test_fit_and_transform_user_vectors(tmp_path: Path, capsys: pytest.CaptureFi
     vectors = rng.standard_normal((300, 24)).astype(np.float32) @ rng.standard_normal((24, 24))
     np.save(tmp_path / "api.npy", vectors.astype(np.float32))
     saved = tmp_path / "pca"
-    argv = ["fit", "--method", "pca", "--dim", "8", "--vectors", str(tmp_path / "api.npy")]
+    argv = ["fit", "--compressor", "pca", "--dim", "8", "--vectors", str(tmp_path / "api.npy")]
     assert main([*argv, "--out", str(saved)]) == 0
     out = tmp_path / "small.npy"
     argv = ["transform", str(saved), "--input", str(tmp_path / "api.npy")]
-    assert main([*argv, "--dim", "4", "--output", str(out)]) == 0
+    assert main([*argv, "--dim", "4", "--out", str(out)]) == 0
     small = np.load(out)
     assert small.shape == (300, 4) and small.dtype == np.float32
     capsys.readouterr()
     # Asking for more than was fitted fails before the output is touched.
     out.write_bytes(b"previous")
-    _fails_cleanly(capsys, [*argv, "--dim", "16", "--output", str(out)], "16")
+    _fails_cleanly(capsys, [*argv, "--dim", "16", "--out", str(out)], "16")
     assert out.read_bytes() == b"previous"
 
 
@@ -176,7 +190,7 @@ def test_fit_and_transform_bad_input(tmp_path: Path, capsys: pytest.CaptureFixtu
     bad = np.ones((10, 4), np.float32)
     bad[7, 2] = np.nan
     np.save(tmp_path / "nan.npy", bad)
-    fit = ["fit", "--method", "pca", "--out", str(tmp_path / "c")]
+    fit = ["fit", "--compressor", "pca", "--out", str(tmp_path / "c")]
     _fails_cleanly(capsys, [*fit, "--vectors", str(tmp_path / "nan.npy")], "NaN")
     _fails_cleanly(capsys, [*fit, "--vectors", str(tmp_path / "none.npy")], "none.npy")
     np.save(tmp_path / "ok.npy", np.random.default_rng(0).standard_normal((20, 4)))
@@ -185,7 +199,7 @@ def test_fit_and_transform_bad_input(tmp_path: Path, capsys: pytest.CaptureFixtu
     state.write_bytes(state.read_bytes()[:20])
     transform = ["transform", str(tmp_path / "c"), "--input"]
     _fails_cleanly(
-        capsys, [*transform, str(tmp_path / "ok.npy"), "--output", str(tmp_path / "o.npy")], "c"
+        capsys, [*transform, str(tmp_path / "ok.npy"), "--out", str(tmp_path / "o.npy")], "c"
     )
     assert not (tmp_path / "o.npy").exists()
 
@@ -233,7 +247,7 @@ def test_eval_real_model_int8_on_a_slice(data_dir: Path, tmp_path: Path) -> None
 def test_warnings_print_as_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     vectors = tmp_path / "v.npy"
     np.save(vectors, np.random.default_rng(0).normal(size=(40, 6)).astype(np.float32))
-    code = main(["fit", "--method", "pca", "--dim", "16", "--vectors", str(vectors),
+    code = main(["fit", "--compressor", "pca", "--dim", "16", "--vectors", str(vectors),
                  "--out", str(tmp_path / "pca")])  # fmt: skip
     assert code == 0
     warning_lines = [ln for ln in capsys.readouterr().err.splitlines() if "warning" in ln]

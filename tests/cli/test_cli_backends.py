@@ -29,14 +29,15 @@ def test_fit_saves_the_backend_and_encode_uses_or_replaces_it(
     model, texts = tmp_path / "m", workspace / "texts.txt"
     fit = ["fit", "--model", str(workspace / "tiny" / "model"), "--texts", str(texts)]
     assert (
-        main([*fit, "--method", "pca", "--dim", "8", "--backend", "onnx", "--out", str(model)]) == 0
+        main([*fit, "--compressor", "pca", "--dim", "8", "--backend", "onnx", "--out", str(model)])
+        == 0
     )
     assert json.loads((model / "config.json").read_text())["backend"] == "onnx"
     outputs = {}
     for backend in (None, "torch", "onnx-int8"):
         out = tmp_path / f"{backend}.parquet"
         extra = [] if backend is None else ["--backend", backend]
-        encode = ["encode", str(model), "--input", str(texts), "--output", str(out)]
+        encode = ["encode", str(model), "--input", str(texts), "--out", str(out)]
         assert main([*encode, *extra]) == 0
         import pyarrow.parquet as pq
 

@@ -24,8 +24,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     fit = ["fit", "--model", str(tiny), "--texts", str(root / "texts.txt")]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DEMITASSE_CACHE", str(root / "cache"))
-        assert main([*fit, "--method", "pca", "--dim", "8", "--out", str(root / "pca")]) == 0
-        assert main(["fit", "--vectors", str(root / "vectors.npy"), "--method", "pca",
+        assert main([*fit, "--compressor", "pca", "--dim", "8", "--out", str(root / "pca")]) == 0
+        assert main(["fit", "--vectors", str(root / "vectors.npy"), "--compressor", "pca",
                      "--out", str(root / "api")]) == 0  # fmt: skip
     return {"root": root, "tiny": tiny, "pca": root / "pca", "api": root / "api"}
 
@@ -43,13 +43,13 @@ def test_requests_outside_the_fit(
 ) -> None:
     root, pca = workspace["root"], str(workspace["pca"])
     texts, out = str(root / "texts.txt"), tmp_path / "out.npy"
-    encode = ["encode", pca, "--input", texts, "--output", str(out)]
+    encode = ["encode", pca, "--input", texts, "--out", str(out)]
     _fails(capsys, [*encode, "--dim", "9"], "dim 9 is not available")
     _fails(capsys, [*encode, "--precision", "int8"], "precision 'int8' is not available")
     _fails(capsys, [*encode, "--dim", "0"], "must be an integer >= 1")
-    transform = ["transform", pca, "--output", str(out), "--input"]
+    transform = ["transform", pca, "--out", str(out), "--input"]
     _fails(capsys, [*transform, str(root / "narrow.npy")], "7 dimensions but this model takes 32")
-    _fails(capsys, ["encode", str(workspace["api"]), "--input", texts, "--output", str(out)],
+    _fails(capsys, ["encode", str(workspace["api"]), "--input", texts, "--out", str(out)],
            "vectors-only")  # fmt: skip
     assert not out.exists() and not list(tmp_path.iterdir())
 
@@ -67,8 +67,8 @@ def test_damaged_model_directories(
         broken = tmp_path / f"broken-{len(list(tmp_path.iterdir()))}"
         shutil.copytree(workspace["pca"], broken)
         damage(broken)
-        _fails(capsys, ["encode", str(broken), "--input", texts, "--output", str(out)], needle)
-    _fails(capsys, ["encode", str(tmp_path / "nothing"), "--input", texts, "--output",
+        _fails(capsys, ["encode", str(broken), "--input", texts, "--out", str(out)], needle)
+    _fails(capsys, ["encode", str(tmp_path / "nothing"), "--input", texts, "--out",
                     str(out)], "no saved model")  # fmt: skip
     assert not out.exists()
 
@@ -95,14 +95,14 @@ def test_outputs_never_replace_foreign_folders(
     pca = str(workspace["pca"])
     _fails(capsys, ["export", pca, "--out", str(victim)], "refusing to replace")
     _fails(capsys, ["export", pca, "--out", str(tmp_path / "notes.txt")], "refusing")
-    _fails(capsys, ["fit", "--vectors", str(workspace["root"] / "vectors.npy"), "--method",
+    _fails(capsys, ["fit", "--vectors", str(workspace["root"] / "vectors.npy"), "--compressor",
                     "pca", "--out", str(victim)], "refusing to replace")  # fmt: skip
     _fails(capsys, ["encode", pca, "--input", str(workspace["root"] / "texts.txt"),
-                    "--output", str(victim)], "unsupported output type")  # fmt: skip
+                    "--out", str(victim)], "unsupported output type")  # fmt: skip
     victim_npy = victim / "data.npy"
     victim_npy.mkdir()
     _fails(capsys, ["encode", pca, "--input", str(workspace["root"] / "texts.txt"),
-                    "--output", str(victim_npy)], "directory")  # fmt: skip
+                    "--out", str(victim_npy)], "directory")  # fmt: skip
     victim_npy.rmdir()
     assert (victim / "thesis.tex").read_text() == "precious"
     assert (tmp_path / "notes.txt").read_text() == "mine"

@@ -54,9 +54,9 @@ def _check_model(model_dir: Path, files: dict[str, Path], data_dir: Path, tmp_pa
 
     name = model_dir.name
     vectors_file, codes_file = tmp_path / f"{name}.npy", tmp_path / f"{name}-codes.parquet"
-    _run(["encode", str(model_dir), "--input", str(files["queries"]), "--output",
+    _run(["encode", str(model_dir), "--input", str(files["queries"]), "--out",
           str(vectors_file)])  # fmt: skip
-    _run(["encode", str(model_dir), "--input", str(files["queries"]), "--output",
+    _run(["encode", str(model_dir), "--input", str(files["queries"]), "--out",
           str(codes_file), "--precision", precision])  # fmt: skip
     vectors = np.load(vectors_file)
     assert vectors.shape[0] == 4  # the blank line keeps its row
@@ -83,7 +83,7 @@ def test_fit_from_texts_then_encode_eval_export(
     files: dict[str, Path], data_dir: Path, tmp_path: Path
 ) -> None:
     model = tmp_path / "pca64"
-    _run(["fit", "--model", "all-MiniLM-L6-v2", "--method", "pca", "--dim", "64",
+    _run(["fit", "--model", "all-MiniLM-L6-v2", "--compressor", "pca", "--dim", "64",
           "--precision", "int8", "--texts", str(files["texts"]), "--out", str(model)])  # fmt: skip
     score = _check_model(model, files, data_dir, tmp_path, "int8")
     assert score > 60
@@ -100,17 +100,17 @@ def test_fit_from_vectors_then_encode_eval_export(
     # With --model the vectors' encoder is known, so the model also embeds texts.
     model = tmp_path / "l3-truncate"
     _run(["fit", "--vectors", str(tmp_path / "vectors.npy"), "--model", "all-MiniLM-L6-v2",
-          "--layer", "3", "--method", "truncate", "--dim", "128", "--precision", "binary",
+          "--layer", "3", "--compressor", "truncate", "--dim", "128", "--precision", "binary",
           "--out", str(model)])  # fmt: skip
     _check_model(model, files, data_dir, tmp_path, "binary")
     # Without it the model is vectors-only: transform works, encode says why it cannot.
     api = tmp_path / "api-pca"
-    _run(["fit", "--vectors", str(tmp_path / "vectors.npy"), "--method", "pca", "--dim", "32",
+    _run(["fit", "--vectors", str(tmp_path / "vectors.npy"), "--compressor", "pca", "--dim", "32",
           "--out", str(api)])  # fmt: skip
-    _run(["transform", str(api), "--input", str(tmp_path / "vectors.npy"), "--output",
+    _run(["transform", str(api), "--input", str(tmp_path / "vectors.npy"), "--out",
           str(tmp_path / "small.npy"), "--dim", "16"])  # fmt: skip
     assert np.load(tmp_path / "small.npy").shape == (len(vectors), 16)
-    assert main(["encode", str(api), "--input", str(files["queries"]), "--output",
+    assert main(["encode", str(api), "--input", str(files["queries"]), "--out",
                  str(tmp_path / "no.npy")]) == 2  # fmt: skip
     assert not (tmp_path / "no.npy").exists()
 
@@ -119,7 +119,7 @@ def test_supervised_fit_from_a_pairs_file_then_encode_eval_export(
     files: dict[str, Path], data_dir: Path, tmp_path: Path
 ) -> None:
     model = tmp_path / "adaptor"
-    _run(["fit", "--model", "all-MiniLM-L6-v2", "--method",
+    _run(["fit", "--model", "all-MiniLM-L6-v2", "--compressor",
           "adaptor:max_epochs=2:progress=false", "--dim", "64", "--texts", str(files["texts"]),
           "--pairs", str(files["pairs"]), "--precision", "int8", "--out", str(model)])  # fmt: skip
     config = json.loads((model / "config.json").read_text())

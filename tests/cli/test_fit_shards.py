@@ -41,7 +41,7 @@ def _assert_pca_equal(fitted: PCA, expected: PCA) -> None:
 
 def test_pca_from_shards_round_trip(shards, tmp_path):
     X, folder = shards
-    model = _fit(folder, tmp_path / "m", "--method", "pca:whiten=true", "--dim", "6")
+    model = _fit(folder, tmp_path / "m", "--compressor", "pca:whiten=true", "--dim", "6")
     assert isinstance(model.compressor, PCA)
     _assert_pca_equal(model.compressor, PCA(dim=6, whiten=True).fit(X))
     info = json.loads((tmp_path / "m" / "config.json").read_text())["fit"]
@@ -49,7 +49,7 @@ def test_pca_from_shards_round_trip(shards, tmp_path):
     assert info["sample"] is None  # float32 PCA needs no sample
     # The saved model transforms stored vectors like the in-memory PCA.
     argv = ["transform", str(tmp_path / "m"), "--input", str(folder / "part-00000.parquet"),
-            "--output", str(tmp_path / "small.npy")]  # fmt: skip
+            "--out", str(tmp_path / "small.npy")]  # fmt: skip
     assert main(argv) == 0
     expected = PCA(dim=6, whiten=True).fit(X).transform(X[:400])
     np.testing.assert_allclose(np.abs(np.load(tmp_path / "small.npy")), np.abs(expected),
@@ -58,7 +58,7 @@ def test_pca_from_shards_round_trip(shards, tmp_path):
 
 def test_pca_abtt_int8_calibrates_on_a_sample(shards, tmp_path):
     X, folder = shards
-    model = _fit(folder, tmp_path / "m", "--method", "pca-abtt", "--dim", "4",
+    model = _fit(folder, tmp_path / "m", "--compressor", "pca-abtt", "--dim", "4",
                  "--precision", "int8", "--sample", "300", "--seed", "2")  # fmt: skip
     assert isinstance(model.compressor, PCA) and model.compressor.abtt == 1
     _assert_pca_equal(model.compressor, PCA(dim=4, abtt=1).fit(X))
@@ -74,7 +74,7 @@ def test_pca_abtt_int8_calibrates_on_a_sample(shards, tmp_path):
 
 def test_other_compressors_fit_on_the_seeded_sample(shards, tmp_path):
     X, folder = shards
-    model = _fit(folder, tmp_path / "m", "--method", "isomap", "--dim", "3",
+    model = _fit(folder, tmp_path / "m", "--compressor", "isomap", "--dim", "3",
                  "--sample", "200", "--seed", "5")  # fmt: skip
     assert model.compressor.n_fit_samples_ == 200
     assert model.fit_info["sample"] == {"size": 200, "of": 1500, "seed": 5}
@@ -89,7 +89,7 @@ def test_pca_from_shards_on_ray(shards, tmp_path):
     X, folder = shards
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        model = _fit(folder, tmp_path / "m", "--method", "pca", "--dim", "5", "--engine", "ray")
+        model = _fit(folder, tmp_path / "m", "--compressor", "pca", "--dim", "5", "--engine", "ray")
     finally:
         ray.shutdown()
     _assert_pca_equal(model.compressor, PCA(dim=5).fit(X))
@@ -107,9 +107,9 @@ def _fails(capsys: pytest.CaptureFixture[str], argv: list[str], needle: str) -> 
 def test_bad_shards_fail_in_one_line(shards, tmp_path, capsys):
     _, folder = shards
     out = str(tmp_path / "out")
-    fit = ["fit", "--method", "pca", "--out", out, "--vectors"]
+    fit = ["fit", "--compressor", "pca", "--out", out, "--vectors"]
     _fails(capsys, [*fit, str(tmp_path / "none-*.parquet")], "no Parquet file matches")
-    _fails(capsys, [*fit, str(folder / "*.parquet"), "--column", "vec"], "no column 'vec'")
+    _fails(capsys, [*fit, str(folder / "*.parquet"), "--vector-column", "vec"], "no column 'vec'")
     ragged = tmp_path / "ragged"
     ragged.mkdir()
     write_rows(ragged / "a.parquet", [[1.0, 2.0], [3.0, 4.0], [5.0]])

@@ -93,7 +93,7 @@ def test_the_command_line_cleans_up_after_any_signal(tmp_path: Path) -> None:
     vectors = tmp_path / "vectors.npy"
     np.save(vectors, rng.standard_normal((20000, 64)).astype(np.float32))
     out = tmp_path / "model"
-    command = [sys.executable, "-m", "demitasse", "fit", "--vectors", str(vectors), "--method",
+    command = [sys.executable, "-m", "demitasse", "fit", "--vectors", str(vectors), "--compressor",
                "pca", "--dim", "16", "--precision", "int8", "--out", str(out)]  # fmt: skip
     env = _environment() | {"DEMITASSE_CACHE": str(tmp_path / "cache")}
     assert subprocess.run(command, env=env, capture_output=True, timeout=120).returncode == 0

@@ -38,7 +38,7 @@ def _vectors(response: object) -> np.ndarray:
 def test_vectors_equal_demitasse_encode(url: str, model_dir: Path, tmp_path: Path) -> None:
     (tmp_path / "texts.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     assert main(["encode", str(model_dir), "--input", str(tmp_path / "texts.txt"),
-                 "--output", str(tmp_path / "out.npy")]) == 0  # fmt: skip
+                 "--out", str(tmp_path / "out.npy")]) == 0  # fmt: skip
     expected = np.load(tmp_path / "out.npy")
     # Without encoding_format the client asks for base64 and decodes it itself.
     for options in ({"encoding_format": "float"}, {}):

@@ -33,10 +33,10 @@ def test_minilm_served_vectors_equal_demitasse_encode(
     monkeypatch.setenv("DEMITASSE_CACHE", str(tmp_path / "cache"))
     (tmp_path / "texts.txt").write_text("\n".join(TEXTS * 4) + "\n", encoding="utf-8")
     model_dir = tmp_path / "minilm-t128"
-    assert main(["fit", "--model", "all-MiniLM-L6-v2", "--method", "truncate", "--dim", "128",
+    assert main(["fit", "--model", "all-MiniLM-L6-v2", "--compressor", "truncate", "--dim", "128",
                  "--texts", str(tmp_path / "texts.txt"), "--out", str(model_dir)]) == 0  # fmt: skip
     assert main(["encode", str(model_dir), "--input", str(tmp_path / "texts.txt"),
-                 "--output", str(tmp_path / "out.npy"), "--dim", "64"]) == 0  # fmt: skip
+                 "--out", str(tmp_path / "out.npy"), "--dim", "64"]) == 0  # fmt: skip
     expected = np.load(tmp_path / "out.npy")[: len(TEXTS)]
     with running(load_served_model(model_dir), name="minilm") as url:
         response = client(url).embeddings.create(input=TEXTS, model="minilm", dimensions=64)

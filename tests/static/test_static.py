@@ -456,7 +456,7 @@ def test_distill_static_defaults_on_the_command_line_are_the_recipe_defaults() -
         "max_sentences": args.max_sentences,
         "min_count": args.min_count,
         "harvest_limit": args.harvest_limit,
-        "max_steps": args.steps,
+        "max_steps": args.max_steps,
         "learning_rate": args.lr,
         "batch_size": args.batch_size,
         "regression_weight": args.regression_weight,

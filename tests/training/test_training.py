@@ -499,8 +499,8 @@ def test_cli_train_then_export(
     bad = [*argv[:-4], "--batch-size", "4", "--matryoshka-dims", "16,x"]
     assert main([*bad, "--out", str(tmp_path / "bad")]) == 2
     assert "--matryoshka-dims must be comma-separated integers" in capsys.readouterr().err
-    assert main([*argv, "--method", "raw", "--compression", "none"]) == 2
-    assert "applies to --method ese" in capsys.readouterr().err
+    assert main([*argv, "--objective", "raw", "--compression", "none"]) == 2
+    assert "applies to --objective ese" in capsys.readouterr().err
     assert main(["train", "--data", "nope", "--out", str(run), "--model", str(tiny_model)]) == 2
     assert "unknown training data" in capsys.readouterr().err
 

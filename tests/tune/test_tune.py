@@ -385,7 +385,7 @@ def test_tune_writes_the_cheapest_model_that_meets_the_target_and_it_scores_as_t
             str(beir),
             "--min-retention",
             "0.9",
-            "--methods",
+            "--compressors",
             "truncate,pca",
             "--out",
             str(out),
@@ -507,7 +507,7 @@ def test_label_free_tune_decides_by_the_neighbourhood_estimate(
             str(beir / "queries.jsonl"),
             "--min-retention",
             "0.97",
-            "--methods",
+            "--compressors",
             "pca",
             "--out",
             str(out),
@@ -552,7 +552,7 @@ def test_scored_pairs_decide_by_spearman_without_rescoring(
             str(tmp_path / "pairs.tsv"),
             "--max-bytes",
             "16",
-            "--methods",
+            "--compressors",
             "truncate",
             "--out",
             str(tmp_path / "m"),
@@ -767,7 +767,7 @@ def test_some_unjudged_queries_are_left_out_and_the_tune_goes_on(
             str(folder),
             "--min-retention",
             "0.5",
-            "--methods",
+            "--compressors",
             "truncate",
             "--out",
             str(tmp_path / "m"),
@@ -782,7 +782,7 @@ def test_some_unjudged_queries_are_left_out_and_the_tune_goes_on(
 def test_limits_and_targets_that_cannot_hold_end_in_one_line_and_keep_the_sweep(
     tiny_model: Path, beir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    base = ["--model", str(tiny_model), "--beir", str(beir), "--methods", "truncate"]
+    base = ["--model", str(tiny_model), "--beir", str(beir), "--compressors", "truncate"]
     work = tmp_path / "work"
     code, _, err = _run([*base, "--out", str(tmp_path / "a")], capsys)
     _one_line_error(code, err, "nothing to choose by")
@@ -791,7 +791,7 @@ def test_limits_and_targets_that_cannot_hold_end_in_one_line_and_keep_the_sweep(
     code, _, err = _run(
         [
             *base,
-            "--methods",
+            "--compressors",
             "none",
             "--max-bytes",
             "2",
@@ -812,7 +812,7 @@ def test_limits_and_targets_that_cannot_hold_end_in_one_line_and_keep_the_sweep(
     pairs = [
         "--model",
         str(tiny_model),
-        "--methods",
+        "--compressors",
         "truncate,pca",
         "--pairs",
         str(write_pairs(tmp_path / "pairs.tsv", tiny_model)),

@@ -60,7 +60,7 @@ def fit_from_shards(
 
     started = time.perf_counter()
     paths = vector_shards(args.vectors)
-    width = vector_width(paths, args.column)
+    width = vector_width(paths, args.vector_column)
     model = CompressedModel(
         args.model, layer=args.layer, precision=args.precision, normalize=args.normalize,
         batch_size=args.batch_size,
@@ -81,7 +81,7 @@ def fit_from_shards(
         sample, info = _draw(paths, args)
         model.fit(vectors=sample, fit_data=fit_data, **supervision)
     assert model.fit_info is not None
-    model.fit_info.update(info, shards=len(paths), column=args.column)
+    model.fit_info.update(info, shards=len(paths), column=args.vector_column)
     model.fit_info["seconds"] = round(time.perf_counter() - started, 3)
     return model
 
@@ -101,12 +101,14 @@ def _fit_pca(
     calibrate = model.precision != "float32"
     reservoir = Reservoir(args.sample or DEFAULT_SAMPLE, args.seed) if calibrate else None
     if args.engine == "ray":
-        statistics = shard_statistics(paths, column=args.column, engine="ray")
+        statistics = shard_statistics(paths, column=args.vector_column, engine="ray")
         if reservoir is not None:
-            scan_shards(paths, reservoir, column=args.column)
+            scan_shards(paths, reservoir, column=args.vector_column)
     else:  # one pass feeds both
         statistics = VectorStatistics()
-        scan_shards(paths, statistics, *([reservoir] if reservoir else []), column=args.column)
+        scan_shards(
+            paths, statistics, *([reservoir] if reservoir else []), column=args.vector_column
+        )
     pca.fit_from_statistics(statistics, fit_data=fit_data)
     model.compressor = pca
     # A model whose compressor was fitted elsewhere, as CompressedModel.load builds one.
@@ -133,7 +135,7 @@ def _draw(paths: list[Path], args: argparse.Namespace) -> tuple[Any, dict[str, A
     from demitasse.compress.shards import scan_shards
 
     reservoir = Reservoir(args.sample or DEFAULT_SAMPLE, args.seed)
-    scan_shards(paths, reservoir, column=args.column)
+    scan_shards(paths, reservoir, column=args.vector_column)
     return reservoir.sample, {"sample": _sample_info(reservoir)}
 
 

@@ -43,7 +43,7 @@ def _add_fit_parser(commands: Any) -> None:
         "API) and save it as one directory that encode, transform, eval and export take.",
     )
     _add_fit_source_options(fit)
-    fit.add_argument("--method", default="none",
+    fit.add_argument("--compressor", default="none",
                      help=compressor_help_text("the compressor (default none)"))  # fmt: skip
     fit.add_argument("--dim", type=positive_int, default=None, help="largest output dimension")
     fit.add_argument("--precision", type=precision_name, default="float32",
@@ -70,7 +70,7 @@ def _add_fit_source_options(fit: argparse.ArgumentParser) -> None:
     source.add_argument("--text-column", default="text", help="column of --texts tables")
     source.add_argument("--vectors", default=None, help="vectors: .npy or .parquet, or Parquet "
                         "shards, a glob ('dir/*.parquet') or a directory")  # fmt: skip
-    source.add_argument("--column", "--vector-column", dest="column", default="embedding",
+    source.add_argument("--vector-column", default="embedding",
                         help="Parquet column of --vectors")  # fmt: skip
     add_shard_options(source)
 
@@ -100,7 +100,7 @@ def _add_transform_parser(commands: Any) -> None:
     transform = commands.add_parser("transform", help="vectors → compressed vectors or codes")
     transform.add_argument("model", help="model directory (or a saved compressor)")
     transform.add_argument("--input", required=True, help="vectors: .npy or Parquet list column")
-    transform.add_argument("--column", default="embedding")
+    transform.add_argument("--vector-column", default="embedding", help="Parquet column")
     _output_options(transform)
 
 
@@ -122,7 +122,7 @@ def _add_export_parser(commands: Any) -> None:
 
 
 def _output_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--output", required=True, help=".npy or .parquet file to write")
+    parser.add_argument("--out", required=True, help=".npy or .parquet file to write")
     parser.add_argument(
         "--dim", type=positive_int, default=None, help="output width (default: full)"
     )
@@ -144,7 +144,7 @@ def run_fit(args: argparse.Namespace) -> int:
     if args.vectors is not None and args.layer is not None and args.model is None:
         raise DemitasseError("--layer needs --model: the encoder whose layer made --vectors")
     # Mistakes in the options and the output fail now, not after the encoder loads.
-    spec = _compressor_spec(args.method, args.dim)
+    spec = _compressor_spec(args.compressor, args.dim)
     check_model_target(args.out)
     if args.vectors is None and (args.sample is not None or args.engine != "local"):
         raise DemitasseError("--sample and --engine apply to --vectors")
@@ -155,7 +155,7 @@ def run_fit(args: argparse.Namespace) -> int:
     if args.texts is not None:
         texts_or_vectors = read_texts(args.texts, column=args.text_column)
     else:
-        texts_or_vectors = load_embeddings(args.vectors, column=args.column)
+        texts_or_vectors = load_embeddings(args.vectors, column=args.vector_column)
     supervision = _supervision(args)
     from demitasse.encoders import DEFAULT_MODEL
 
@@ -187,16 +187,16 @@ def _saved(model: CompressedModel, args: argparse.Namespace, fit_data: str) -> i
     return 0
 
 
-def _compressor_spec(method: str, dim: int | None) -> CompressorSpec | None:
-    """The one compressor ``--method`` names (None for ``none``), checked with ``--dim``."""
+def _compressor_spec(name: str, dim: int | None) -> CompressorSpec | None:
+    """The one compressor ``--compressor`` names (None for ``none``), checked with ``--dim``."""
     from demitasse.cli.specs import parse_compressor_specs
 
-    specs = parse_compressor_specs(method)
+    specs = parse_compressor_specs(name)
     if len(specs) != 1:
-        raise DemitasseError("--method takes one compressor, e.g. pca or pca:whiten=true")
+        raise DemitasseError("--compressor takes one compressor, e.g. pca or pca:whiten=true")
     if specs[0].method is None:
         if dim is not None:
-            raise DemitasseError("--dim needs a compressor (--method truncate, pca, ...)")
+            raise DemitasseError("--dim needs a compressor (--compressor truncate, pca, ...)")
         return None
     return specs[0]
 
@@ -252,7 +252,7 @@ def run_encode(args: argparse.Namespace) -> int:
     from demitasse.data import check_embeddings_target, read_texts
     from demitasse.model import CompressedModel
 
-    check_embeddings_target(args.output)  # a refused output name must not cost an encoding run
+    check_embeddings_target(args.out)  # a refused output name must not cost an encoding run
     model = CompressedModel.load(args.model, cache=False, backend=args.backend)
     model.bytes_per_vector(args.dim, args.precision)  # bad dim / precision: fail before work
     texts = read_texts(args.input, column=args.text_column, aligned=True)
@@ -266,10 +266,10 @@ def run_transform(args: argparse.Namespace) -> int:
     from demitasse.data import check_embeddings_target, load_embeddings
     from demitasse.model import CompressedModel
 
-    check_embeddings_target(args.output)
+    check_embeddings_target(args.out)
     model = CompressedModel.load(args.model, cache=False)
     model.bytes_per_vector(args.dim, args.precision)
-    vectors = load_embeddings(args.input, column=args.column)
+    vectors = load_embeddings(args.input, column=args.vector_column)
     codes = model.transform(
         vectors, dim=args.dim, precision=args.precision, normalize=args.normalize
     )
@@ -289,10 +289,10 @@ def _write(model: CompressedModel, codes: Any, args: argparse.Namespace) -> int:
         "backend": model.backend,
         "fit": model.fit_info,
     }
-    save_embeddings(args.output, codes, metadata={"demitasse": json.dumps(provenance)})
+    save_embeddings(args.out, codes, metadata={"demitasse": json.dumps(provenance)})
     what = "float32 vectors" if codes.dtype == np.float32 else f"{args.precision} codes"
     shape = " × ".join(map(str, codes.shape))
-    print(f"wrote {shape} {what} to {args.output}")
+    print(f"wrote {shape} {what} to {args.out}")
     return 0
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from demitasse.cli.arguments import positive_float, positive_int
 
 TUNE_HELP = "find the cheapest configuration that keeps a target quality on your data"
-DEFAULT_METHODS = "truncate,pca,pca-whiten,adaptor"
+DEFAULT_COMPRESSORS = "truncate,pca,pca-whiten,adaptor"
 #: demitasse.tune.space.CODES, written out: the parser is built without importing the tune.
 DEFAULT_CODES = "rq8,rq16,rq32"
 
@@ -86,9 +86,9 @@ def _add_run_options(tune: argparse.ArgumentParser) -> None:
         help="continue the sweep in --work-dir: finished configurations are kept",
     )
     tune.add_argument(
-        "--methods",
-        default=DEFAULT_METHODS,
-        help=f"compressors to sweep besides none (default {DEFAULT_METHODS})",
+        "--compressors",
+        default=DEFAULT_COMPRESSORS,
+        help=f"compressors to sweep besides none (default {DEFAULT_COMPRESSORS})",
     )
     tune.add_argument(
         "--time-budget",
@@ -118,7 +118,7 @@ def run_tune(args: argparse.Namespace) -> int:
     from demitasse.tune.space import parse_backends, parse_codes
 
     target = Target(args.min_retention, args.max_bytes, args.min_speed, budget=args.budget)
-    methods = parse_methods(args.methods)
+    compressors = parse_methods(args.compressors)
     backends = parse_backends(args.backends)
     codes = None if args.codes is None else parse_codes(args.codes)
     out = Path(args.out)
@@ -139,7 +139,9 @@ def run_tune(args: argparse.Namespace) -> int:
         time_budget=args.time_budget,
         progress=sys.stderr.isatty() or bool(os.environ.get("DEMITASSE_PROGRESS")),
     )
-    space = SweepSpace(methods=methods, search=data.kind != "pairs", backends=backends, codes=codes)
+    space = SweepSpace(
+        methods=compressors, search=data.kind != "pairs", backends=backends, codes=codes
+    )
     try:
         result = run(
             args.model, data, target, out=out, settings=settings, static=args.static, space=space

@@ -70,10 +70,8 @@ def evaluate_grid(
     ``"encoder"`` rescore against the layer's full output (int8 ranges from the fit texts).
     """
     layers = list(layers) if layers else [encoder.num_layers]
-    needs_fit = any(s.method not in (None, "truncate") for s in specs) or any(
-        p != "float32" for p in precisions
-    )
-    if needs_fit and not fit_texts:
+    needs_fit = any(s.method not in (None, "truncate") for s in specs)
+    if (needs_fit or any(p != "float32" for p in precisions)) and not fit_texts:
         raise DemitasseError(
             "PCA, random projection and quantised precisions need fit data (--fit-data)"
         )

@@ -1,0 +1,409 @@
+"""``eval`` (an encoder sweep, or a model directory scored exactly as fitted), ``report``
+(results files → Markdown + one HTML page) and ``demo`` (a fixed, small sweep). Each parses its
+options, calls the library and says where its results went."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from demitasse.cli.arguments import (
+    add_backend_argument,
+    compressor_help_text,
+    positive_int,
+    precision_help_text,
+)
+from demitasse.errors import DemitasseError
+from demitasse.io import atomic_directory, check_directory_target
+from demitasse.search import RESCORE_PRECISIONS
+
+if TYPE_CHECKING:
+    from demitasse.cli.eval_options import SearchOptions
+    from demitasse.evaluation.grid import CompressorSpec
+    from demitasse.evaluation.records import ResultRecord
+    from demitasse.evaluation.tasks import Task
+
+DEFAULT_DIMS = "384,256,128,64,32,16,8"
+STSB_TRAIN = "stsb-train"
+ENCODE_SPEED_TEXTS = 2000
+RESULTS_KIND = "evaluation results"
+
+
+# ---- the parsers -----------------------------------------------------------------------------
+
+
+def add_eval_parser(commands: Any) -> None:  # argparse's subparsers action
+    """``eval``: an encoder sweep, or a model directory scored as fitted."""
+    evaluate = commands.add_parser("eval", help="evaluate encoder × compressor × dim × precision")
+    evaluate.add_argument(
+        "--model",
+        default=None,
+        help="a model directory written by 'fit' (evaluated exactly as fitted), or an encoder "
+        "name or directory to sweep with --layers/--compressor/--dims/--precision",
+    )
+    evaluate.add_argument("--layers", default=None, help="'all', 'last' (default) or e.g. 1,3,6")
+    evaluate.add_argument(
+        "--compressor",
+        default=None,
+        help=compressor_help_text("comma-separated compressors (default none)"),
+    )
+    evaluate.add_argument(
+        "--dims", default=None, help=f"default {DEFAULT_DIMS}; a model directory: its width"
+    )
+    evaluate.add_argument(
+        "--fit-data",
+        default=None,
+        help=f"text file to fit compressors on, or '{STSB_TRAIN}' (default: the STS-B train "
+        "sentences that are in no STS test or dev split)",
+    )
+    evaluate.add_argument(
+        "--precision",
+        default=None,
+        help=precision_help_text("comma-separated precisions (default float32; a model "
+                                 "directory: the precision it was fitted for)"),
+    )  # fmt: skip
+    evaluate.add_argument(
+        "--tasks",
+        default=None,
+        help="sts,classification,retrieval,clustering,translation,efficiency or 'all' "
+        "(default: sts; retrieval with --beir or --corpus)",
+    )
+    evaluate.add_argument(
+        "--datasets",
+        default="all",
+        help="STS sets: 'all' (STS12-16, STS-B, SICK-R), names like sts12,stsb, or files and "
+        "folders: SemEval STS (STS.input/STS.gs), STS-B or SICK layout, or tables with "
+        "sentence1, sentence2, score",
+    )
+    evaluate.add_argument(
+        "--limit",
+        type=positive_int,
+        default=None,
+        help="shorten each data set to N items (quick runs)",
+    )
+    _add_retrieval_options(evaluate)
+    add_backend_argument(evaluate)
+    _common(evaluate)
+
+
+def _add_retrieval_options(evaluate: argparse.ArgumentParser) -> None:
+    """``eval``'s retrieval data and the way the codes are searched."""
+    group = evaluate.add_argument_group("retrieval (default: SciFact test)")
+    group.add_argument("--beir", default=None, help="BEIR folders, DIR[,DIR...]")
+    group.add_argument("--split", default="test", help="qrels split of the --beir folders")
+    group.add_argument("--corpus", default=None, help="documents: .jsonl/.tsv/.csv/.parquet")
+    group.add_argument("--queries", default=None, help="queries: .jsonl/.tsv/.csv/.parquet")
+    group.add_argument("--qrels", default=None, help="judgements: .tsv (query, doc, score), ...")
+    group.add_argument(
+        "--rescore",
+        default=None,
+        help="F[,F...]: search int8/binary codes for the top k·F documents and rescore them "
+        "with the encoder's full output (a model directory: instead of its own factor)",
+    )
+    group.add_argument(
+        "--rescore-precision",
+        choices=RESCORE_PRECISIONS,
+        default=None,
+        help="how the full output is kept for --rescore (default int8)",
+    )
+    group.add_argument(
+        "--rotation",
+        choices=("none", "random", "itq"),
+        default=None,
+        help="rotate vectors before binarising (binary precision of a sweep; default none)",
+    )
+
+
+def add_report_parser(commands: Any) -> None:
+    """``report``: results files → Markdown + one HTML page."""
+    report = commands.add_parser("report", help="render results as Markdown + one HTML page")
+    report.add_argument("results", nargs="+", help="results.json files or folders holding one")
+    report.add_argument("--out", required=True, help="report directory")
+    report.add_argument("--title", default="demitasse report")
+
+
+def add_demo_parser(commands: Any) -> None:
+    """``demo``: truncation vs PCA at float32 and int8 on STS."""
+    demo = commands.add_parser("demo", help="truncation vs PCA at float32 and int8 on STS")
+    demo.add_argument("--model", default=None)
+    _common(demo)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", default=None, help="shared data folder ($DEMITASSE_DATA)")
+    parser.add_argument("--out", default=None, help="output directory")
+    parser.add_argument("--batch-size", type=positive_int, default=64)
+
+
+# ---- the commands ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A sweep over an encoder as typed: each axis a comma-separated string, checked when the
+    sweep runs (before the encoder loads)."""
+
+    model: str | None
+    out: Path
+    data_dir: str | None
+    batch_size: int
+    layers: str = "last"
+    compressors: str = "none"
+    dims: str = DEFAULT_DIMS
+    precisions: str = "float32"
+    fit_data: str = STSB_TRAIN
+    tasks: str = "sts"
+    datasets: str = "all"
+    limit: int | None = None
+    backend: str | None = None
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from demitasse.cli.eval_options import search_options
+    from demitasse.model import is_model_dir
+
+    search = search_options(args)
+    if args.model is not None and is_model_dir(args.model):
+        _evaluate_model_dir(args, search)
+        return 0
+    sweep = Sweep(
+        model=args.model,
+        out=Path(args.out or "demitasse-results"),
+        data_dir=args.data_dir,
+        batch_size=args.batch_size,
+        layers=args.layers or "last",
+        compressors=args.compressor or "none",
+        dims=args.dims or DEFAULT_DIMS,
+        precisions=args.precision or "float32",
+        fit_data=args.fit_data or STSB_TRAIN,
+        tasks=search.tasks,
+        datasets=args.datasets,
+        limit=args.limit,
+        backend=args.backend,
+    )
+    _evaluate_sweep(sweep, search)
+    return 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from demitasse.evaluation.records import read_records
+    from demitasse.report import render_report
+
+    records = [record for path in args.results for record in read_records(path)]
+    paths = render_report(records, args.out, title=args.title)
+    print(f"report: {paths.html} (one self-contained page) and {paths.markdown}")
+    return 0
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    print(
+        "demitasse demo: all-MiniLM-L6-v2 on STS12-16, STS-B and SICK-R; PCA fitted on STS-B "
+        "train sentences; truncation vs PCA at float32 and int8 (cached after the first run)",
+        flush=True,
+    )
+    sweep = Sweep(
+        model=args.model,
+        out=Path(args.out or "demo-results"),
+        data_dir=args.data_dir,
+        batch_size=args.batch_size,
+        compressors="truncate,pca",
+        precisions="float32,int8",
+    )
+    _evaluate_sweep(sweep)
+    return 0
+
+
+# ---- a sweep over an encoder -----------------------------------------------------------------
+
+
+def _evaluate_sweep(sweep: Sweep, search: SearchOptions | None = None) -> None:
+    from demitasse.cli.specs import parse_compressor_specs, parse_int_list, parse_precisions
+    from demitasse.data import STSB_FIT_DATA
+    from demitasse.encoders import DEFAULT_MODEL
+    from demitasse.evaluation.grid import evaluate_grid
+    from demitasse.evaluation.suites import parse_task_names
+    from demitasse.loading import load_encoder
+
+    # Parse everything and read the data before the slow model load, so mistakes fail fast.
+    check_directory_target(sweep.out, kind=RESULTS_KIND)
+    specs = parse_compressor_specs(sweep.compressors)
+    dims = parse_int_list(sweep.dims, "--dims")
+    precisions = parse_precisions(sweep.precisions)
+    layers = _parse_layers(sweep.layers)
+    task_names = parse_task_names(sweep.tasks)
+    tasks = _sweep_tasks(task_names, sweep, precisions, search)
+    fit_texts = _fit_texts(sweep.fit_data, sweep.data_dir)
+    fit_name = STSB_FIT_DATA if sweep.fit_data == STSB_TRAIN else Path(sweep.fit_data).name
+    backend = sweep.backend or "torch"
+    encoder = load_encoder(sweep.model or DEFAULT_MODEL, backend=backend)
+    chosen = list(range(1, encoder.num_layers + 1)) if layers is None else layers
+    started = time.perf_counter()
+    records = evaluate_grid(
+        encoder, tasks, specs=specs, dims=dims, precisions=precisions, layers=chosen,
+        fit_texts=fit_texts, fit_data=fit_name, batch_size=sweep.batch_size,
+        progress=sys.stderr.isatty() or bool(os.environ.get("DEMITASSE_PROGRESS")),
+        quantizer_params=search.quantizer_params if search else None,
+    )  # fmt: skip
+    if "efficiency" in task_names:
+        layers_timed = chosen or [encoder.num_layers]
+        records += _speed_records(sweep, layers_timed, specs, dims, fit_texts, fit_name)
+    _tag_backend(records, backend)
+    _write_results(records, sweep.out, encoder.name, started)
+
+
+def _parse_layers(text: str) -> list[int] | None:
+    """Layers to evaluate; ``None`` means all, ``[]`` the last one."""
+    from demitasse.cli.specs import parse_int_list
+
+    if text == "all":
+        return None
+    if text == "last":
+        return []
+    return parse_int_list(text, "--layers")
+
+
+def _fit_texts(spec: str, data_dir: str | None) -> list[str]:
+    from demitasse.data import read_texts, stsb_fit_sentences
+
+    if spec == STSB_TRAIN:
+        return stsb_fit_sentences(data_dir)
+    return read_texts(spec)
+
+
+def _sweep_tasks(
+    task_names: list[str], sweep: Sweep, precisions: list[str], search: SearchOptions | None
+) -> list[Task]:
+    """The sweep's tasks, with the retrieval data and rescoring variants of ``search``."""
+    from demitasse.cli.eval_options import check_sweep
+    from demitasse.evaluation.suites import build_tasks
+
+    if search is None:
+        return build_tasks(
+            task_names, sweep.data_dir, sts_datasets=sweep.datasets, limit=sweep.limit
+        )
+    check_sweep(search, precisions)
+    return build_tasks(
+        task_names, sweep.data_dir, sts_datasets=sweep.datasets, limit=sweep.limit,
+        retrieval=search.retrieval, rescoring=search.rescoring,
+    )  # fmt: skip
+
+
+def _speed_records(
+    sweep: Sweep,
+    layers: list[int],
+    specs: Sequence[CompressorSpec],
+    dims: list[int],
+    fit_texts: list[str],
+    fit_name: str,
+) -> list[ResultRecord]:
+    """Encode throughput per layer cut and transform throughput per compressor and dim."""
+    from demitasse.encoders import DEFAULT_MODEL
+    from demitasse.evaluation.efficiency import (
+        measure_encode_throughput,
+        measure_transform_throughput,
+    )
+    from demitasse.loading import load_encoder
+
+    backend = sweep.backend or "torch"
+    encoder = load_encoder(sweep.model or DEFAULT_MODEL, cache=False, backend=backend)  # timings
+    sample = fit_texts[:ENCODE_SPEED_TEXTS]
+    batch_size = sweep.batch_size
+    records = measure_encode_throughput(encoder, sample, layers, batch_size=batch_size)
+    vectors = encoder.encode_layers(sample, layers, batch_size=batch_size)
+    for layer in layers:
+        for spec in (s for s in specs if s.method is not None):
+            usable = [d for d in dims if d <= encoder.dim]
+            compressor = spec.build(encoder.dim, max(usable))
+            compressor.fit(vectors[layer], fit_data=f"{fit_name} (first {len(sample)})")
+            usable = [d for d in usable if d <= compressor.output_dim_]
+            records += measure_transform_throughput(
+                compressor, vectors[layer], usable, label=spec.label, model=encoder.name,
+                layer=layer,
+            )  # fmt: skip
+    return records
+
+
+# ---- a model directory, scored as fitted -----------------------------------------------------
+
+
+def _evaluate_model_dir(args: argparse.Namespace, search: SearchOptions) -> None:
+    """``eval --model DIR``: score exactly the fitted model saved in DIR."""
+    from demitasse.cli.eval_options import apply_to_model
+    from demitasse.cli.specs import parse_int_list, parse_precisions
+    from demitasse.evaluation.grid import evaluate_model
+    from demitasse.evaluation.suites import build_tasks, parse_task_names
+    from demitasse.model import CompressedModel
+
+    sweep_only = {"--compressor": args.compressor, "--fit-data": args.fit_data,
+                  "--layers": args.layers}  # fmt: skip
+    given = [flag for flag, value in sweep_only.items() if value is not None]
+    if given:
+        raise DemitasseError(
+            f"{given[0]} applies to a sweep over an encoder; the model directory {args.model} "
+            "carries its own layer, compressor and fit"
+        )
+    task_names = parse_task_names(search.tasks)
+    if "efficiency" in task_names:
+        raise DemitasseError("--tasks efficiency takes an encoder name, not a model directory")
+    out = Path(args.out or "demitasse-results")
+    check_directory_target(out, kind=RESULTS_KIND)
+    model = CompressedModel.load(args.model, backend=args.backend)
+    apply_to_model(search, model, args.model)
+    dims = parse_int_list(args.dims, "--dims") if args.dims else None
+    precisions = parse_precisions(args.precision) if args.precision else None
+    requested: list[int | None] = list(dims) if dims else [None]
+    for dim in requested:
+        for precision in precisions or [model.precision]:
+            model.bytes_per_vector(dim, precision)  # fail on a bad request before any work
+    tasks = build_tasks(
+        task_names, args.data_dir, sts_datasets=args.datasets, limit=args.limit,
+        retrieval=search.retrieval,
+    )  # fmt: skip
+    model.batch_size = args.batch_size
+    started = time.perf_counter()
+    records = evaluate_model(
+        model, tasks, dims=dims, precisions=precisions, extra={"model_dir": args.model}
+    )
+    _tag_backend(records, model.backend)
+    _write_results(records, out, model.name, started)
+
+
+# ---- results ---------------------------------------------------------------------------------
+
+
+def _tag_backend(records: list[ResultRecord], backend: str) -> None:
+    """Records of an ONNX backend say so (torch's stay as they always were)."""
+    if backend != "torch":
+        for record in records:
+            record.extra = {**(record.extra or {}), "backend": backend}
+
+
+def _write_results(records: list[ResultRecord], out: Path, title: str, started: float) -> None:
+    """results.json, a table per task on stdout, the STS plot and the HTML report."""
+    from demitasse.evaluation.records import write_records
+    from demitasse.report import plot_sts_vs_dim, render_report, task_table
+
+    if not records:
+        raise DemitasseError("nothing was evaluated: no configuration fits the model's width")
+    # results.json, the plot and the report are one set, replaced together or not at all.
+    with atomic_directory(out, kind=RESULTS_KIND) as tmp:
+        write_records(tmp / "results.json", records)
+        if any(r.task == "sts" for r in records):
+            plot_sts_vs_dim(records, tmp / "sts_vs_dim.png", title=title)
+        render_report(records, tmp / "report", title=f"demitasse: {title}")
+    for task in dict.fromkeys(r.task for r in records if r.task != "efficiency"):
+        print(f"\n{task}\n\n{task_table(records, task).markdown()}")
+    outputs = [str(out / "results.json")]
+    if any(r.task == "sts" for r in records):
+        outputs.append(str(out / "sts_vs_dim.png"))
+    outputs.append(str(out / "report" / "report.html"))
+    print(
+        f"\n{len(records)} results in {outputs[0]}; plot and report: {', '.join(outputs[1:])} "
+        f"({time.perf_counter() - started:.0f} s)"
+    )
