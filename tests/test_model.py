@@ -11,8 +11,11 @@ import pytest
 
 from demitasse import CompressedModel
 from demitasse.compress import make_compressor
-from demitasse.errors import DemitasseError
+from demitasse.errors import CompressorError, DemitasseError
+from demitasse.io import MARKER
 from demitasse.loading import load_encoder
+from demitasse.model import check_model_target, is_model_dir
+from demitasse.model_files import FORMAT_VERSION
 from tests.helpers import WORDS, build_tiny_model
 
 
@@ -171,6 +174,40 @@ def test_damaged_or_foreign_directories(tiny_model: Path, tmp_path: Path) -> Non
         damage(broken)
         with pytest.raises(DemitasseError, match=message):
             CompressedModel.load(broken)
+
+
+@pytest.mark.parametrize("version", [1, 2, 4])
+def test_a_model_directory_of_another_format_is_refused_in_one_line(
+    version: int, tmp_path: Path
+) -> None:
+    vectors = np.random.default_rng(0).standard_normal((50, 8))
+    CompressedModel(compressor="pca", dim=4).fit(vectors=vectors).save(tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config["format_version"] == FORMAT_VERSION == 3
+    config["format_version"] = version
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CompressorError) as caught:
+        CompressedModel.load(tmp_path / "m")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"model directory {tmp_path / 'm'} was written in format {version}")
+    assert "this demitasse reads format 3" in message
+
+
+def test_only_a_folder_holding_the_marker_counts_as_a_saved_model(tmp_path: Path) -> None:
+    """A model folder without the marker the current build writes last (as one left by an
+    earlier build) is not the user's to lose: it is refused, never replaced."""
+    vectors = np.random.default_rng(0).standard_normal((50, 8))
+    model = CompressedModel(compressor="pca", dim=4).fit(vectors=vectors)
+    model.save(tmp_path / "m")
+    assert check_model_target(tmp_path / "m") == tmp_path / "m"
+    (tmp_path / "m" / MARKER).unlink()
+    before = sorted(p.name for p in (tmp_path / "m").iterdir())
+    for attempt in (lambda: model.save(tmp_path / "m"), lambda: check_model_target(tmp_path / "m")):
+        with pytest.raises(DemitasseError, match="refusing to replace"):
+            attempt()
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == before
+    assert is_model_dir(tmp_path / "m")  # still readable, only not overwritten
 
 
 def test_an_encoder_changed_since_the_fit_is_refused(tmp_path: Path) -> None:

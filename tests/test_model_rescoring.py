@@ -19,6 +19,7 @@ from demitasse.data import ScoredPairs
 from demitasse.errors import CompressorError, DemitasseError
 from demitasse.evaluation import RetrievalTask, STSTask, evaluate_model, evaluate_run
 from demitasse.evaluation.sts import spearman_x100
+from demitasse.model_files import FORMAT_VERSION
 from demitasse.search import QuantizedIndex
 from tests.helpers import synthetic_beir
 
@@ -152,7 +153,7 @@ def test_save_and_load_keep_the_rescoring(
         model = rescoring_model(docs, rescore_factor=2.5, rescore_precision=precision)
         model.save(tmp_path / precision)
         config = json.loads((tmp_path / precision / "config.json").read_text())
-        assert config["format_version"] == 2
+        assert config["format_version"] == FORMAT_VERSION
         assert config["rescore"] == {
             "factor": 2.5,
             "precision": precision,
@@ -171,10 +172,10 @@ def test_save_and_load_keep_the_rescoring(
         model.save(tmp_path / precision)  # a saved model's folder may be replaced
 
 
-def test_a_model_without_rescoring_saves_as_before(docs: np.ndarray, tmp_path: Path) -> None:
+def test_a_model_without_rescoring_records_none(docs: np.ndarray, tmp_path: Path) -> None:
     rescoring_model(docs).save(tmp_path / "m")
     config = json.loads((tmp_path / "m" / "config.json").read_text())
-    assert config["format_version"] == 1 and "rescore" not in config
+    assert config["format_version"] == FORMAT_VERSION and config["rescore"] is None
     assert not (tmp_path / "m" / "rescore").exists()
     loaded = CompressedModel.load(tmp_path / "m")
     assert not loaded.rescores and loaded.rescoring is None

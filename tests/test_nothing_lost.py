@@ -56,7 +56,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     np.save(root / "v.npy", rng.standard_normal((60, 8)).astype(np.float32))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DEMITASSE_CACHE", str(root / "cache"))
-        argv = ["fit", "--vectors", str(root / "v.npy"), "--method", "pca", "--dim", "6"]
+        argv = ["fit", "--vectors", str(root / "v.npy"), "--compressor", "pca", "--dim", "6"]
         assert main([*argv, "--out", str(root / "pca")]) == 0
     return {"root": root, "tiny": tiny, "pairs": pairs, "texts": texts,
             "vectors": root / "v.npy", "pca": root / "pca"}  # fmt: skip
@@ -145,7 +145,7 @@ def test_1_outputs_never_replace_a_foreign_folder_or_a_file(
     _fails(capsys, ["export", tiny, "--layer", "2", "--dim", "64", "--out", str(victim)])
     _fails(capsys, ["export", tiny, "--layer", "1", "--out", str(victim)], "refusing to replace")
     _fails(capsys, ["export", tiny, "--layer", "1", "--out", str(notes)], "refusing")
-    fit = ["fit", "--vectors", str(files["vectors"]), "--method", "pca", "--out"]
+    fit = ["fit", "--vectors", str(files["vectors"]), "--compressor", "pca", "--out"]
     _fails(capsys, [*fit, str(saved)], "refusing to replace")
     _fails(capsys, [*fit, str(copied)], "refusing to replace")
     _fails(capsys, [*fit, str(notes)], "refusing")
@@ -332,16 +332,16 @@ def test_4_huge_values_are_refused_and_large_ones_fit_finite(
 
     rng = np.random.default_rng(1)
     np.save(tmp_path / "huge.npy", rng.standard_normal((40, 8)) * 1e300)  # finite float64
-    fit = ["fit", "--vectors", str(tmp_path / "huge.npy"), "--method", "pca", "--out"]
+    fit = ["fit", "--vectors", str(tmp_path / "huge.npy"), "--compressor", "pca", "--out"]
     _fails(capsys, [*fit, str(tmp_path / "huge")], "too large")
     _fails(capsys, ["transform", str(files["pca"]), "--input", str(tmp_path / "huge.npy"),
-                    "--output", str(tmp_path / "o.npy")], "too large")  # fmt: skip
+                    "--out", str(tmp_path / "o.npy")], "too large")  # fmt: skip
     assert not (tmp_path / "huge").exists() and not (tmp_path / "o.npy").exists()
     # Large but float32-representable values fit to finite state and strict JSON.
     np.save(tmp_path / "large.npy", (rng.standard_normal((40, 6)) * 1e36).astype(np.float32))
     for method in ("pca", "pca-abtt", "pca:whiten=true"):
         model = tmp_path / method.replace(":", "-")
-        assert main(["fit", "--vectors", str(tmp_path / "large.npy"), "--method", method,
+        assert main(["fit", "--vectors", str(tmp_path / "large.npy"), "--compressor", method,
                      "--precision", "int8", "--out", str(model)]) == 0  # fmt: skip
         for config in model.rglob("config.json"):
             _strict_json(config.read_text())
@@ -349,7 +349,7 @@ def test_4_huge_values_are_refused_and_large_ones_fit_finite(
             assert all(np.isfinite(a).all() for a in load_file(state).values()), state
         out = tmp_path / "codes.npy"
         assert main(["transform", str(model), "--input", str(tmp_path / "large.npy"),
-                     "--output", str(out)]) == 0  # fmt: skip
+                     "--out", str(out)]) == 0  # fmt: skip
         assert np.isfinite(np.load(out)).all()
 
 
@@ -386,7 +386,7 @@ def test_4_saved_state_edited_to_hold_nan_or_inf_does_not_load(
         damage(model)
         for target in (model, model / "compressor"):  # the model, or its bare compressor
             _fails(capsys, ["transform", str(target), "--input", str(files["vectors"]),
-                            "--output", str(out)], str(model))  # fmt: skip
+                            "--out", str(out)], str(model))  # fmt: skip
     assert not out.exists()
 
 
@@ -485,7 +485,7 @@ def test_6_bad_flags_and_specs_fail_in_one_line(
     _fails(capsys, [*_eval(files, data_dir), "--out", str(out), "--limit", "-1"], "--limit")
     _fails(capsys, [*_eval(files, data_dir), "--out", str(out), "--compressor", "pca:dim=4"],
            "--dim")  # fmt: skip
-    _fails(capsys, ["fit", "--vectors", str(files["vectors"]), "--method", "pca:dim=4",
+    _fails(capsys, ["fit", "--vectors", str(files["vectors"]), "--compressor", "pca:dim=4",
                     "--out", str(out)], "--dim")  # fmt: skip
     assert not out.exists()
 
@@ -512,7 +512,7 @@ def test_6_damaged_compressor_configs_fail_in_one_line(
         assert old in text
         config.write_text(text.replace(old, new))
         _fails(capsys, ["transform", str(model), "--input", str(files["vectors"]),
-                        "--output", str(out)], str(config.parent))  # fmt: skip
+                        "--out", str(out)], str(config.parent))  # fmt: skip
     assert not out.exists()
 
 
@@ -598,7 +598,7 @@ def test_6_ctrl_c_just_after_the_work_finished(files: dict[str, Path], tmp_path:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
     completed = subprocess.run(
         [sys.executable, "-c", _CTRL_C_AFTER_THE_WORK, "fit", "--vectors",
-         str(files["vectors"]), "--method", "pca", "--out", str(out)],
+         str(files["vectors"]), "--compressor", "pca", "--out", str(out)],
         capture_output=True, text=True, env=env, timeout=120, check=False,
     )  # fmt: skip
     assert "Traceback" not in completed.stderr, completed.stderr
@@ -623,7 +623,7 @@ def test_7_zero_means_zero_not_all(
 
     out = tmp_path / "out.npy"
     _fails(capsys, ["transform", str(files["pca"]), "--input", str(files["vectors"]),
-                    "--output", str(out), "--dim", "0"], "--dim")  # fmt: skip
+                    "--out", str(out), "--dim", "0"], "--dim")  # fmt: skip
     _fails(capsys, [*_eval(files, data_dir), "--out", str(tmp_path / "R"), "--limit", "0"],
            "--limit")  # fmt: skip
     model = CompressedModel.load(files["pca"])
@@ -682,13 +682,13 @@ def test_7_links_and_devices_are_refused_untouched(
     with contextlib.suppress(PermissionError):
         os.mknod(tmp_path / "device.npy", stat.S_IFCHR | 0o666, os.makedev(1, 3))
     before = _tree(tmp_path)
-    transform = ["transform", str(files["pca"]), "--input", str(files["vectors"]), "--output"]
+    transform = ["transform", str(files["pca"]), "--input", str(files["vectors"]), "--out"]
     _fails(capsys, [*transform, str(tmp_path / "link.npy")], "symbolic link")
     _fails(capsys, [*transform, str(tmp_path / "fifo.npy")], "not a regular file")
     if (tmp_path / "device.npy").exists():
         _fails(capsys, [*transform, str(tmp_path / "device.npy")], "not a regular file")
     _fails(capsys, [*transform, "/dev/null"], "/dev/null")
-    fit = ["fit", "--vectors", str(files["vectors"]), "--method", "pca", "--out"]
+    fit = ["fit", "--vectors", str(files["vectors"]), "--compressor", "pca", "--out"]
     _fails(capsys, [*fit, str(tmp_path / "model-link")], "symbolic link")
     assert _tree(tmp_path) == before
     assert stat.S_ISFIFO((tmp_path / "fifo.npy").lstat().st_mode)
@@ -698,10 +698,10 @@ def test_7_links_and_devices_are_refused_untouched(
 def test_7_the_longest_names_work(files: dict[str, Path], tmp_path: Path) -> None:
     vectors = tmp_path / ("v" * 245 + ".npy")  # 249 characters
     assert main(["transform", str(files["pca"]), "--input", str(files["vectors"]),
-                 "--output", str(vectors)]) == 0  # fmt: skip
+                 "--out", str(vectors)]) == 0  # fmt: skip
     model = tmp_path / ("m" * 249)
-    assert main(["fit", "--vectors", str(vectors), "--method", "pca", "--out", str(model)]) == 0
-    assert main(["fit", "--vectors", str(vectors), "--method", "pca", "--out", str(model)]) == 0
+    assert main(["fit", "--vectors", str(vectors), "--compressor", "pca", "--out", str(model)]) == 0
+    assert main(["fit", "--vectors", str(vectors), "--compressor", "pca", "--out", str(model)]) == 0
     export = tmp_path / ("e" * 249)
     assert main(["export", str(files["tiny"]), "--layer", "1", "--out", str(export)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
@@ -726,14 +726,14 @@ def test_7_errors_name_the_users_file_not_the_temporary(
     model = tmp_path / "model"
     with monkeypatch.context() as patch:
         patch.setattr(persist, "save_file", disk_full)
-        err = _fails(capsys, ["fit", "--vectors", str(files["vectors"]), "--method", "pca",
+        err = _fails(capsys, ["fit", "--vectors", str(files["vectors"]), "--compressor", "pca",
                               "--out", str(model)], str(model / "compressor"))  # fmt: skip
     assert "No space left" in err
     table = tmp_path / "vectors.parquet"
     with monkeypatch.context() as patch:
         patch.setattr(pq, "write_table", disk_full)
         _fails(capsys, ["transform", str(files["pca"]), "--input", str(files["vectors"]),
-                        "--output", str(table)], str(table))  # fmt: skip
+                        "--out", str(table)], str(table))  # fmt: skip
     # A library error raised while the output is being written names the output, too.
     fitted = CompressedModel.load(files["pca"])
     fitted.compressor.components_[0, 0] = np.nan  # type: ignore[union-attr]
@@ -754,12 +754,12 @@ def test_7_outputs_get_the_usual_permissions(
     files: dict[str, Path], data_dir: Path, tmp_path: Path, umask_022: None
 ) -> None:
     vectors = ["--vectors", str(files["vectors"])]
-    assert main(["fit", *vectors, "--method", "pca", "--precision", "int8",
+    assert main(["fit", *vectors, "--compressor", "pca", "--precision", "int8",
                  "--out", str(tmp_path / "model")]) == 0  # fmt: skip
     assert main(["export", str(files["tiny"]), "--layer", "1", "--out",
                  str(tmp_path / "export")]) == 0  # fmt: skip
     assert main(["transform", str(tmp_path / "model"), "--input", str(files["vectors"]),
-                 "--output", str(tmp_path / "codes.parquet")]) == 0  # fmt: skip
+                 "--out", str(tmp_path / "codes.parquet")]) == 0  # fmt: skip
     assert main([*_eval(files, data_dir), "--out", str(tmp_path / "results")]) == 0
     modes = {
         str(p.relative_to(tmp_path)): stat.S_IMODE(p.stat().st_mode) for p in tmp_path.rglob("*")

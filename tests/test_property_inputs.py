@@ -557,7 +557,7 @@ CONFIG_KEYS = {
     "model": ["kind", "format_version", "demitasse_version", "encoder", "layer", "input_dim",
               "compressor", "method", "precision", "quantizer", "normalize", "batch_size",
               "backend", "output_dim", "matryoshka", "precisions", "fit", "fit.source",
-              "fit.n_samples"],
+              "fit.n_samples", "rescore"],
     "static": ["method", "version", "demitasse_version", "name", "dim", "vocabulary_size",
                "normalize", "metadata"],
 }
@@ -749,8 +749,8 @@ def test_saved_state_any_bytes(saved: Path, target: str, state: bytes) -> None:
 @example(config="[" * 100_000, kind="compressor")
 @example(config="[" * 100_000, kind="static")
 def test_save_over_a_folder_with_any_config(saved: Path, config: str | bytes, kind: str) -> None:
-    """Saving into a folder that holds some config.json (no marker of a finished save) replaces
-    an earlier save of the same kind, or is refused in one line."""
+    """Saving into a folder that holds some config.json but no marker of a finished save is
+    refused in one line, whatever the config says."""
     load, name = {
         "compressor": (load_compressor, "pca"),
         "quantizer": (load_quantizer, "int8"),
@@ -761,7 +761,9 @@ def test_save_over_a_folder_with_any_config(saved: Path, config: str | bytes, ki
         folder = Path(tmp) / "out"
         folder.mkdir()
         write(folder / "config.json", config)
-        clean(load(saved / name).save, folder)
+        with pytest.raises(DemitasseError, match="refusing to replace") as caught:
+            load(saved / name).save(folder)
+        check_message(str(caught.value))
 
 
 # ---- 3. result records and reports ------------------------------------------------------------
@@ -976,11 +978,11 @@ COMMANDS = st.one_of(
     st.tuples(
         st.just(["transform"]),
         MODELS.map(lambda m: [m]),
-        st.tuples(VECTORS, OUTPUTS).map(lambda io: ["--input", io[0], "--output", io[1]]),
+        st.tuples(VECTORS, OUTPUTS).map(lambda io: ["--input", io[0], "--out", io[1]]),
         options(
             ("--dim", DIMS),
             ("--precision", PRECISIONS),
-            ("--column", WORDS),
+            ("--vector-column", WORDS),
             ("--normalize", None),
             ("--input", VECTORS),
         ),
@@ -988,7 +990,7 @@ COMMANDS = st.one_of(
     st.tuples(
         st.just(["encode"]),
         MODELS.map(lambda m: [m]),
-        st.tuples(VECTORS, OUTPUTS).map(lambda io: ["--input", io[0], "--output", io[1]]),
+        st.tuples(VECTORS, OUTPUTS).map(lambda io: ["--input", io[0], "--out", io[1]]),
         options(
             ("--dim", DIMS),
             ("--precision", PRECISIONS),
@@ -1002,7 +1004,7 @@ COMMANDS = st.one_of(
         OUTPUTS.map(lambda o: ["--out", o]),
         options(
             (
-                "--method",
+                "--compressor",
                 st.sampled_from(
                     [
                         "none",
@@ -1019,7 +1021,7 @@ COMMANDS = st.one_of(
             ("--dim", DIMS),
             ("--precision", PRECISIONS),
             ("--normalize", None),
-            ("--column", WORDS),
+            ("--vector-column", WORDS),
             ("--fit-data", WORDS),
             ("--pairs", VECTORS),
             ("--texts", st.sampled_from(["@missing", "@emptydir"])),
@@ -1064,14 +1066,12 @@ COMMANDS = st.one_of(
         st.tuples(st.integers(0, 20), WORDS | st.sampled_from(["--", "-h", "--x"])), max_size=1
     ),
 )
-@example(argv=["transform", "@model", "--input", "@vectors", "--output", "@out.npy"], junk=[])
+@example(argv=["transform", "@model", "--input", "@vectors", "--out", "@out.npy"], junk=[])
 @example(
-    argv=["transform", "@model", "--input", "@vectors", "--output", "@out.npy"], junk=[(2, "\x0c")]
+    argv=["transform", "@model", "--input", "@vectors", "--out", "@out.npy"], junk=[(2, "\x0c")]
 )
-@example(
-    argv=["transform", "@model", "--input", "@vectors", "--output", "@out.npy"], junk=[(2, "\r")]
-)
-@example(argv=["transform", "no\nmodel", "--input", "@vectors", "--output", "@out.npy"], junk=[])
+@example(argv=["transform", "@model", "--input", "@vectors", "--out", "@out.npy"], junk=[(2, "\r")])
+@example(argv=["transform", "no\nmodel", "--input", "@vectors", "--out", "@out.npy"], junk=[])
 @example(argv=["report", "@records", "--out", "@newdir/r", "--title", "$}$\r"], junk=[])
 def test_cli(
     saved: Path, capsys: pytest.CaptureFixture[str], argv: list[str], junk: list[tuple[int, str]]

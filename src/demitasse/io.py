@@ -284,8 +284,8 @@ def check_directory_target(
 ) -> Path:
     """``target`` as a Path if a ``kind`` output may be written there, else a one-line error.
 
-    Allowed: nothing there, an empty folder, or a complete earlier output of the same kind
-    (its marker, or ``recognise`` for outputs written before markers existed).
+    Allowed: nothing there, an empty folder, a complete earlier output of the same kind (its
+    marker says so), or a folder ``recognise`` knows to be demitasse's own (its cache).
     """
     target = Path(target)
     if target.is_symlink():

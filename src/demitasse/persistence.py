@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,18 +42,10 @@ def _saved_kind(config: dict[str, Any]) -> str:
     return str(config.get("kind", config.get("method", "saved object")))
 
 
-def _earlier_save(kind: str) -> Callable[[Path], bool]:
-    def earlier_save(folder: Path) -> bool:  # saved before outputs carried a marker
-        saved = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
-        return isinstance(saved, dict) and _saved_kind(saved) == kind
-
-    return earlier_save
-
-
 def check_saved_target(path: str | Path, kind: str) -> Path:
     """``path`` as a Path if :func:`write_saved` may save a ``kind`` there (the ``kind`` or
     ``method`` of its config), else a one-line error: for callers that check before working."""
-    return check_directory_target(path, kind=kind, recognise=_earlier_save(kind))
+    return check_directory_target(path, kind=kind)
 
 
 def write_saved(
@@ -79,7 +70,7 @@ def write_saved(
     if bad is not None:
         raise CompressorError(f"cannot save to {path}: {bad} holds NaN or inf")
     tensors = {name: np.ascontiguousarray(a) for name, a in arrays.items()}
-    with atomic_directory(path, kind=kind, recognise=_earlier_save(kind)) as tmp:
+    with atomic_directory(path, kind=kind) as tmp:
         (tmp / CONFIG_FILE).write_text(text + "\n", encoding="utf-8")
         save_file(tensors, str(tmp / STATE_FILE))
         for name, content in (text_files or {}).items():
@@ -168,10 +159,16 @@ def check_state_shapes(
 
 
 def check_version(saved: int, supported: int, name: str, path: str | Path) -> None:
+    """Refuse, in one line, a part saved in another format version than this demitasse's."""
     if saved > supported:
         raise CompressorError(
             f"{path} was saved by a newer demitasse ({name} format version {saved}; "
-            f"this one reads up to {supported}); upgrade demitasse"
+            f"this one reads {supported}); upgrade demitasse"
         )
     if saved < 1:
         raise CompressorError(f"invalid {CONFIG_FILE} in {path}: version {saved} < 1")
+    if saved != supported:
+        raise CompressorError(
+            f"{path} was saved in {name} format version {saved}; this demitasse reads "
+            f"version {supported}: fit it again"
+        )

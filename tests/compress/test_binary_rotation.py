@@ -97,30 +97,22 @@ def test_save_and_load_round_trip(rotation: str, tmp_path: Path) -> None:
     np.testing.assert_array_equal(loaded.quantize(X), q.quantize(X))
 
 
-@pytest.mark.parametrize(
-    ("params", "arrays"),
-    [({"threshold": "zero"}, {}), ({"threshold": "mean"}, {"thresholds_": np.arange(D) / D})],
-)
-def test_quantizers_saved_before_the_rotation_still_load(
-    params: dict, arrays: dict, tmp_path: Path
+def test_quantizers_saved_in_another_format_version_are_refused_in_one_line(
+    tmp_path: Path,
 ) -> None:
     folder = tmp_path / "old"
     folder.mkdir()
     config = {
         "kind": "quantizer", "precision": "binary", "version": 1, "demitasse_version": "0.1.0",
-        "params": params, "input_dim": D, "n_fit_samples": 400, "learned": {},
+        "params": {"threshold": "zero"}, "input_dim": D, "n_fit_samples": 400, "learned": {},
     }  # fmt: skip
     (folder / "config.json").write_text(json.dumps(config))
-    save_file(
-        {k: v.astype(np.float32) for k, v in arrays.items()}, str(folder / "state.safetensors")
-    )
-    loaded = load_quantizer(folder)
-    assert loaded.get_params() == {**BinaryQuantizer().get_params(), **params}
-    X = correlated()
-    threshold = arrays.get("thresholds_", np.zeros(D)).astype(np.float32)
-    np.testing.assert_array_equal(
-        np.unpackbits(loaded.quantize(X), axis=1, count=D), (threshold < X).astype(np.uint8)
-    )
+    save_file({}, str(folder / "state.safetensors"))
+    with pytest.raises(CompressorError) as caught:
+        load_quantizer(folder)
+    message = str(caught.value)
+    assert "\n" not in message and str(folder) in message
+    assert "binary format version 1; this demitasse reads version 2" in message
 
 
 def test_rotated_codes_need_the_full_width() -> None:

@@ -346,17 +346,20 @@ def test_patience_counts_the_epochs_without_improvement_before_stopping(patience
     assert sorted({entry["epoch"] for entry in model.history_}) == list(range(1 + patience))
 
 
-def test_a_compressor_saved_before_the_loop_keeps_its_patience(tmp_path: Path) -> None:
-    """Format version 1 stopped after ``patience`` + 1 epochs without improvement; loaded now,
-    the same training (for ``extend``) needs ``patience`` + 1."""
-    X = correlated()
-    SMEC(dim=8, min_dim=4, patience=3, **FAST).fit(X).save(tmp_path / "v2")
-    assert load_compressor(tmp_path / "v2").get_params()["patience"] == 3
-    config = json.loads((tmp_path / "v2" / "config.json").read_text())
-    assert config["version"] == 2
-    config["version"], config["params"]["patience"] = 1, 0
-    (tmp_path / "v2" / "config.json").write_text(json.dumps(config))
-    assert load_compressor(tmp_path / "v2").get_params()["patience"] == 1
+def test_a_compressor_saved_in_another_format_version_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    SMEC(dim=8, min_dim=4, patience=3, **FAST).fit(correlated()).save(tmp_path / "c")
+    assert load_compressor(tmp_path / "c").get_params()["patience"] == 3
+    config = json.loads((tmp_path / "c" / "config.json").read_text())
+    assert config["version"] == SMEC.version == 2
+    config["version"] = 1
+    (tmp_path / "c" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CompressorError) as caught:
+        load_compressor(tmp_path / "c")
+    message = str(caught.value)
+    assert "\n" not in message and str(tmp_path / "c") in message
+    assert "smec format version 1; this demitasse reads version 2" in message
 
 
 def test_max_normalized_steps_move_the_largest_coordinate_by_the_learning_rate() -> None:

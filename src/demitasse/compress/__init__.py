@@ -42,7 +42,8 @@ from demitasse.compress.quantize import (
 )
 from demitasse.compress.random_projection import RandomProjection
 from demitasse.compress.sampling import Reservoir
-from demitasse.compress.smec import SMEC, EmbeddingMemory
+from demitasse.compress.smec import SMEC
+from demitasse.compress.smec_objective import EmbeddingMemory
 from demitasse.compress.statistics import VectorStatistics
 from demitasse.compress.truncate import Truncate
 from demitasse.compress.vocabulary import (

@@ -129,11 +129,6 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
 
     # ---- hooks -------------------------------------------------------------------------------
 
-    @classmethod
-    def _saved_params(cls, params: dict[str, Any], version: int) -> dict[str, Any]:
-        """The hyperparameters saved by format ``version``, in this version's meaning."""
-        return params
-
     def _max_output_dim(self, n_features: int) -> int:
         """Largest output dim possible for this input width."""
         return n_features
@@ -388,11 +383,8 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
         target = _REGISTRY.lookup(method)
         if cls is not Compressor and not issubclass(target, cls):
             raise CompressorError(f"{path} holds a {method} compressor, not {cls.method}")
-        version = require(config, "version", "int", path)
-        check_version(version, target.version, method, path)
-        obj = target._construct(
-            target._saved_params(require(config, "params", "dict", path), version)
-        )
+        check_version(require(config, "version", "int", path), target.version, method, path)
+        obj = target._construct(require(config, "params", "dict", path))
         obj._restore(config, arrays, path)
         return obj
 

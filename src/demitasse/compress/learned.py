@@ -7,7 +7,8 @@ each epoch's end, early stopping after ``patience`` epochs without improvement (
 restored), a progress bar; CPU by default and the GPU when one is present. Supervision common
 to the subclasses is handled here too: scored sentence pairs (CoSENT), query–document relevance
 (Search-Adaptor rank loss) and related pairs. Network weights are saved as safetensors through
-the Compressor persistence hooks.
+the Compressor persistence hooks. The loop's task (one optimiser step per mini-batch, the best
+weights kept) and the gradient recording are in :mod:`demitasse.compress.learned_loop`.
 
 Inputs are first centred and rotated onto their principal axes (``rotate=True``): a fixed,
 lossless change of basis that lets the networks start from PCA instead of from truncation.
@@ -19,7 +20,6 @@ same outputs up to rounding; ``reference_transform`` runs the unfolded network.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -37,6 +37,7 @@ from demitasse.arrays import (
     single_blas_thread,
 )
 from demitasse.compress.base import Compressor
+from demitasse.compress.learned_loop import CompressorTraining
 from demitasse.compress.params import Integers
 from demitasse.compress.pca import PCA
 from demitasse.errors import CompressorError, DataError, DemitasseError
@@ -70,124 +71,6 @@ def halving_dims(first: int, smallest: int) -> list[int]:
     return dims
 
 
-class _GradientLog:
-    """Per-step gradient statistics of each trained module (importance logits excluded).
-
-    Each step records the loss and every module's squared gradient norm; every ``window``
-    steps also the gradient variance of each module over that window of mini-batches,
-    mean ||g_i||² − ||mean g_i||² (the trace of the gradient covariance), as in SMEC's
-    comparison of sequential and parallel Matryoshka training.
-    """
-
-    window: ClassVar[int] = 5
-
-    def __init__(self, modules: list[torch.nn.Module]) -> None:
-        self.parameters = [
-            [p for name, p in m.named_parameters() if name != "logits"] for m in modules
-        ]
-        self.step = 0
-        self._sums: list[torch.Tensor | None] = [None] * len(modules)
-        self._squares = [0.0] * len(modules)
-
-    def record(self, loss: torch.Tensor) -> dict[str, Any]:
-        import torch
-
-        self.step += 1
-        norms, variances = [], []
-        with torch.no_grad():
-            for i, params in enumerate(self.parameters):
-                grads = [p.grad.flatten() for p in params if p.grad is not None]
-                g = torch.cat(grads) if grads else torch.zeros(1)
-                squared = float(g.pow(2).sum())
-                norms.append(squared)
-                total = self._sums[i]
-                summed = g.clone() if total is None else total + g
-                self._sums[i] = summed
-                self._squares[i] += squared
-                if self.step % self.window == 0:
-                    mean = summed / self.window
-                    variances.append(self._squares[i] / self.window - float(mean.pow(2).sum()))
-                    self._sums[i], self._squares[i] = None, 0.0
-        entry: dict[str, Any] = {
-            "step": self.step,
-            "loss": float(loss.detach()),
-            "grad_sq_norm": norms,
-        }
-        if variances:
-            entry["grad_variance"] = variances
-        return entry
-
-
-class _CompressorTraining:
-    """The shared loop's task for a learned compressor: one optimiser step per mini-batch of
-    the training rows, the validation loss over all validation rows, the best weights kept as
-    copies in memory."""
-
-    def __init__(
-        self,
-        compressor: LearnedCompressor,
-        modules: list[torch.nn.Module],
-        optimisers: list[torch.optim.Optimizer],
-        batch_loss: BatchLoss,
-        description: str,
-        record: bool = True,
-    ) -> None:
-        self.compressor, self.modules, self.optimisers = compressor, modules, optimisers
-        self.batch_loss, self.description = batch_loss, description
-        recording = record and getattr(compressor, "record_gradients", False)
-        self.log = _GradientLog(modules) if recording else None
-        self.epoch = 0
-        self.best: list[dict[str, Any]] = []
-
-    def steps_per_epoch(self) -> int:
-        """Mini-batches per epoch (a last batch of one row is left out, see ``_batches``)."""
-        n, size = len(self.compressor._train_rows), int(self.compressor.batch_size)
-        return n // size + (n % size >= 2)
-
-    def epoch_batches(self, epoch: int) -> Iterator[torch.Tensor]:
-        # Not a pure function of the epoch, as the loop would like for resuming: the shuffle
-        # continues the compressor's seeded generator, which the supervised terms draw from
-        # too. These fits are never resumed from a checkpoint.
-        self.epoch = epoch
-        return self.compressor._batches(self.compressor._train_rows, shuffle=True)
-
-    def train_step(self, rows: torch.Tensor) -> float:
-        for module in self.modules:
-            module.train()
-        loss = self.batch_loss(rows, True)
-        for optimiser in self.optimisers:
-            optimiser.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.log is not None:
-            entry = {"run": self.description, "epoch": self.epoch, **self.log.record(loss)}
-            self.compressor.history_.append(entry)
-        for optimiser in self.optimisers:
-            optimiser.step()
-        return float(loss.detach())
-
-    def validate(self) -> float:
-        """The mean loss per validation row."""
-        import torch
-
-        compressor = self.compressor
-        for module in self.modules:
-            module.eval()
-        with torch.no_grad():
-            total = sum(
-                float(self.batch_loss(rows, False)) * len(rows)
-                for rows in compressor._batches(compressor._val_rows, shuffle=False)
-            )
-        return total / max(1, len(compressor._val_rows))
-
-    def keep_best(self) -> None:
-        self.best = [copy.deepcopy(module.state_dict()) for module in self.modules]
-
-    def restore_best(self) -> None:
-        for module, state in zip(self.modules, self.best, strict=True):
-            module.load_state_dict(state)
-            module.eval()
-
-
 #: Rows a folded plan computes at a time (``transform`` chunks are larger, for I/O). On 2
 #: AVX2 cores 2,048-row tiles ran 5-25 % faster than 8,192 for the adaptor and SMEC's width
 #: networks at 8-256 dims (RESULTS.md, `compress_speed` notes); 1,024 gained nothing more.
@@ -212,8 +95,8 @@ class LearnedCompressor(Compressor):
       high-similarity pairs that random batches of unrelated sentences almost never contain.
     """
 
-    #: Version 2: ``patience`` counts epochs without improvement after which training stops
-    #: (version 1 stopped after ``patience`` + 1).
+    #: The format of their saves: ``patience`` counts the epochs without improvement after
+    #: which training stops.
     version: ClassVar[int] = 2
     supervision: ClassVar[tuple[str, ...]] = (
         "pairs",
@@ -267,13 +150,6 @@ class LearnedCompressor(Compressor):
     seed: int
     device: str
     progress: bool
-
-    @classmethod
-    def _saved_params(cls, params: dict[str, Any], version: int) -> dict[str, Any]:
-        patience = params.get("patience")
-        if version < 2 and isinstance(patience, int) and not isinstance(patience, bool):
-            return {**params, "patience": patience + 1}  # the same training as before
-        return params
 
     # ---- subclass hooks ----------------------------------------------------------------------
 
@@ -520,14 +396,15 @@ class LearnedCompressor(Compressor):
         :class:`~demitasse.compress.optimisers.MaxNormalizedSGD`. ``batch_loss(rows,
         training)`` gets row indices of the fit data. With the hyperparameter
         ``record_gradients`` set, per-step gradient statistics go to ``history_`` (see
-        ``_GradientLog``) unless ``record`` is false; training itself is unchanged.
+        :class:`~demitasse.compress.learned_loop.GradientLog`) unless ``record`` is false;
+        training itself is unchanged.
         """
         from demitasse.compress.optimisers import compressor_optimisers
 
         optimisers = compressor_optimisers(
             parameter_groups, lr=float(self.learning_rate), weight_decay=float(self.weight_decay)
         )
-        task = _CompressorTraining(self, modules, optimisers, batch_loss, description, record)
+        task = CompressorTraining(self, modules, optimisers, batch_loss, description, record)
         settings = LoopSettings(
             max_epochs=int(self.max_epochs),
             patience=int(self.patience),

@@ -43,14 +43,15 @@ such as sequential vs parallel training; the fitted compressor is the same eithe
 Loss of a stage (fixed weights): in-batch all-pairs similarity gap + in-batch top-k gap and/or
 memory neighbour gap (see S-XBM), averaged over the stage's training widths; plus
 ``cosent_weight`` × CoSENT on scored pairs and ``rank_weight`` × Search-Adaptor rank loss on
-query–document relevance, at each stage's width.
+query–document relevance, at each stage's width. That objective and the S-XBM memory are in
+:mod:`demitasse.compress.smec_objective`, a stage of the chain in
+:mod:`demitasse.compress.smec_stage`.
 """
 
 # ruff: noqa: N803, N806  (scikit-learn convention: matrices are capitalised)
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from numbers import Real
 from typing import TYPE_CHECKING, Any, ClassVar, Self, cast
 
@@ -61,6 +62,7 @@ from demitasse.arrays import is_int
 from demitasse.compress.base import register_compressor
 from demitasse.compress.learned import LearnedCompressor, halving_dims
 from demitasse.compress.params import Integers
+from demitasse.compress.smec_objective import EmbeddingMemory, GroupObjective
 from demitasse.errors import CompressorError
 
 if TYPE_CHECKING:
@@ -68,6 +70,8 @@ if TYPE_CHECKING:
 
     from demitasse.compress.folding import Plan, Rotation
     from demitasse.compress.smec_stage import SelectionStage, WidthNetwork
+
+__all__ = ["SMEC", "EmbeddingMemory"]
 
 # Importance logits start at a standardised prior (log-variance or position) × this: the
 # prior's top dimensions are selected first, and training can still overturn it.
@@ -78,192 +82,6 @@ def _standardised(values: torch.Tensor) -> torch.Tensor:
     if values.numel() < 2:  # one input dimension: nothing to rank (and std() would be NaN)
         return values * 0.0
     return (values - values.mean()) / values.std().clamp_min(1e-6)
-
-
-class EmbeddingMemory:
-    """FIFO queue of embeddings (and aligned fields) across batches; stores no gradients."""
-
-    def __init__(self, capacity: int) -> None:
-        if not is_int(capacity) or capacity < 1:
-            raise CompressorError(f"memory capacity must be a positive integer, got {capacity!r}")
-        self.capacity = int(capacity)
-        self._slots: list[torch.Tensor] = []
-        self._next = 0
-        self._size = 0
-
-    def __len__(self) -> int:
-        return self._size
-
-    def push(self, *tensors: torch.Tensor) -> None:
-        """Add rows (one tensor per stored field, aligned), overwriting the oldest when full."""
-        import torch
-
-        tensors = tuple(t.detach() for t in tensors)
-        if not self._slots:
-            self._slots = [
-                torch.empty((self.capacity, *t.shape[1:]), dtype=t.dtype, device=t.device)
-                for t in tensors
-            ]
-        n = tensors[0].shape[0]
-        if n >= self.capacity:
-            tensors = tuple(t[-self.capacity :] for t in tensors)
-            n = self.capacity
-        positions = (self._next + torch.arange(n, device=tensors[0].device)) % self.capacity
-        for slot, t in zip(self._slots, tensors, strict=True):
-            slot[positions] = t
-        self._next = (self._next + n) % self.capacity
-        self._size = min(self.capacity, self._size + n)
-
-    def contents(self) -> tuple[torch.Tensor, ...]:
-        """Stored fields, oldest row first."""
-        import torch
-
-        if self._size < self.capacity:
-            return tuple(s[: self._size] for s in self._slots)
-        order = torch.cat(
-            [torch.arange(self._next, self.capacity), torch.arange(0, self._next)]
-        ).to(self._slots[0].device)
-        return tuple(s[order] for s in self._slots)
-
-    def stored(self) -> tuple[torch.Tensor, ...]:
-        """Stored fields in slot order: cheaper than ``contents``, and search ignores order."""
-        return tuple(s[: self._size] for s in self._slots)
-
-
-@dataclass
-class _Neighbours:
-    """What the S-XBM memory holds for each row of a batch: its ``topk`` stored neighbours."""
-
-    embeddings: torch.Tensor  #: their backbone embeddings, unit length [n, k, D]
-    outputs: list[torch.Tensor]  #: per trained stage, their compressed vectors [n, k, d_s]
-
-
-class _GroupObjective:
-    """The batch loss of SMEC stages trained together (see the module doc), with the S-XBM
-    memory it fills as training goes."""
-
-    def __init__(
-        self,
-        smec: SMEC,
-        frozen: list[SelectionStage],
-        trained: list[SelectionStage],
-        H: torch.Tensor,
-        U: torch.Tensor,
-        X: torch.Tensor,
-    ) -> None:
-        self.smec, self.frozen, self.trained = smec, frozen, trained
-        self.H, self.U, self.X = H, U, X
-        self.memory = EmbeddingMemory(int(smec.memory_size)) if smec.xbm else None
-        self.k = int(smec.topk)
-
-    def chain(self, h: torch.Tensor, u: torch.Tensor) -> list[torch.Tensor]:
-        """The outputs of every trained stage for frozen-stage output ``h``."""
-        outputs = []
-        for stage in self.trained:
-            h = stage(h, u)
-            outputs.append(h)
-        return outputs
-
-    def from_rotated(self, u: torch.Tensor) -> list[torch.Tensor]:
-        import torch
-
-        h = u
-        with torch.no_grad():
-            for stage in self.frozen:
-                h = stage(h, u)
-        return self.chain(h, u)
-
-    def batch_loss(self, rows: torch.Tensor, training: bool) -> torch.Tensor:
-        import torch
-
-        rows = rows.to(self.X.device)  # may be stored in the memory and joined to its rows
-        x = self.X[rows]
-        outputs, neighbours = self._compress(rows, self._nearest(x) if training else None)
-        # Stale neighbours replace the in-batch top-k; refreshed ones are added to it.
-        in_batch_topk = bool(self.smec.refresh_memory) or neighbours is None
-        terms = [
-            self._stage_loss(index, reduced, x, neighbours, in_batch_topk)
-            for index, reduced in enumerate(outputs)
-        ]
-        loss = torch.stack(terms).mean() + self.smec.supervised_loss(self.from_rotated, training)
-        if training and self.memory is not None:
-            payload = [rows] if self.smec.refresh_memory else outputs
-            self.memory.push(torch.nn.functional.normalize(x, dim=1), *payload)
-        return loss
-
-    def _nearest(self, x: torch.Tensor) -> torch.Tensor | None:
-        """Slots of the memory's ``topk`` nearest rows to each of ``x`` (None: memory off or
-        not yet filled)."""
-        import torch
-
-        if self.memory is None or len(self.memory) < self.k:
-            return None
-        stored_x = self.memory.stored()[0]  # rows of unit length
-        return (torch.nn.functional.normalize(x, dim=1) @ stored_x.T).topk(self.k).indices
-
-    def _compress(
-        self, rows: torch.Tensor, nearest: torch.Tensor | None
-    ) -> tuple[list[torch.Tensor], _Neighbours | None]:
-        """The trained stages' outputs for ``rows``, and those of the memory's neighbours."""
-        import torch
-
-        H, U = self.H, self.U
-        if nearest is None or self.memory is None:
-            return self.chain(H[rows], U[rows]), None
-        stored_x, *stored = self.memory.stored()
-        if not self.smec.refresh_memory:  # as in XBM: compressed when stored, a few steps stale
-            neighbours = _Neighbours(stored_x[nearest], [payload[nearest] for payload in stored])
-            return self.chain(H[rows], U[rows]), neighbours
-        # The backbone is frozen, so a stored embedding never goes stale: neighbours are
-        # compressed again by the current stages, in the same pass (same ADS sample).
-        extra, where = stored[0][nearest].unique(return_inverse=True)
-        everything = torch.cat([rows, extra])
-        n = len(rows)
-        for stage in self.trained:
-            stage.soft_rows = n  # the ADS term reads the batch's rows only
-            stage.gradient_rows = None if self.smec.memory_gradients else n
-        try:
-            outputs = self.chain(H[everything], U[everything])
-        finally:
-            for stage in self.trained:
-                stage.soft_rows = stage.gradient_rows = None
-        neighbours = _Neighbours(stored_x[nearest], [out[n:][where] for out in outputs])
-        return [out[:n] for out in outputs], neighbours
-
-    def _stage_loss(
-        self,
-        index: int,
-        reduced: torch.Tensor,
-        x: torch.Tensor,
-        neighbours: _Neighbours | None,
-        in_batch_topk: bool,
-    ) -> torch.Tensor:
-        """Stage ``index``'s similarity gaps averaged over its training widths, plus the ADS
-        term (which trains the importance logits only)."""
-        import torch
-
-        from demitasse.losses import (
-            neighbour_similarity_loss,
-            pairwise_similarity_loss,
-            topk_similarity_loss,
-        )
-
-        smec, stage = self.smec, self.trained[index]
-        widths = smec._prefix_widths(stage.d_out)
-        prefixes = [reduced[:, :w] for w in widths]
-        parts = [smec.all_pairs_loss(x, p) for p in prefixes] if smec.pairwise_weight else []
-        if in_batch_topk:
-            parts += [topk_similarity_loss(x, p, self.k) for p in prefixes]
-        if neighbours is not None:
-            stored = neighbours.outputs[index]
-            parts += [
-                neighbour_similarity_loss(x, p, neighbours.embeddings, stored[..., :w])
-                for p, w in zip(prefixes, widths, strict=True)
-            ]
-        loss = torch.stack(parts).sum() / len(widths)
-        if stage.soft_output is not None:
-            loss = loss + pairwise_similarity_loss(x, stage.soft_output[: len(x)])
-        return loss
 
 
 @register_compressor
@@ -363,12 +181,6 @@ class SMEC(LearnedCompressor):
         self.device = device
         self.progress = progress
         self.record_gradients = record_gradients
-
-    @classmethod
-    def _saved_params(cls, params: dict[str, Any], version: int) -> dict[str, Any]:
-        params = super()._saved_params(params, version)
-        # Saved before width networks existed: those compressors hold only the chain.
-        return params if "inference" in params else {**params, "inference": "chain"}
 
     def _initial_output_dim(self, n_features: int) -> int:
         if self.dim is None:
@@ -580,7 +392,7 @@ class SMEC(LearnedCompressor):
     ) -> None:
         """Train ``trained`` stages jointly on ``H`` (output of the ``frozen`` ones)."""
         self._start_group(frozen, trained, H, U)
-        objective = _GroupObjective(self, frozen, trained, H, U, X)
+        objective = GroupObjective(self, frozen, trained, H, U, X)
         widths = "→".join(str(s.d_out) for s in trained)
         groups = self._parameter_groups(trained)
         self.run_training(list(trained), groups, objective.batch_loss, f"smec: stage {widths}")

@@ -14,7 +14,12 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
-from demitasse.compress.base import compressor_class, compressor_names
+from demitasse.compress.base import (
+    Compressor,
+    compressor_class,
+    compressor_names,
+    make_compressor,
+)
 from demitasse.compress.quantize import (
     Quantizer,
     make_quantizer,
@@ -131,6 +136,25 @@ def resolve_compressor(name: Any) -> tuple[str | None, dict[str, Any]]:
             )
         return name, {}
     raise CompressorError(f"unknown compressor {name[:_SHOWN_CHARS]!r}; known: {known}")
+
+
+def named_compressor(
+    name: str, dim: int | None, params: dict[str, Any]
+) -> tuple[Compressor | None, dict[str, Any]]:
+    """The compressor ``name`` builds for width ``dim`` with ``params`` over its preset ones,
+    and the parameters left to :func:`resolve_auto` at fit time (checked resolvable now)."""
+    method, preset = resolve_compressor(name)
+    if method is None:
+        if params:
+            raise CompressorError("compressor_params need a compressor; 'none' has none")
+        return None, {}
+    params = {**preset, **params}
+    auto = auto_params(params)
+    concrete = {key: value for key, value in params.items() if key not in auto}
+    compressor = make_compressor(method, dim=dim, **concrete)
+    if auto:
+        resolve_auto(auto, 100)  # one that cannot be resolved fails now
+    return compressor, auto
 
 
 def auto_params(params: dict[str, Any]) -> dict[str, Any]:

@@ -31,8 +31,8 @@ EXPORT_KIND = "model2vec export"
 
 def check_export_target(out: str | Path) -> Path:
     """``out`` as a Path if a model2vec export may be written there (nothing, an empty folder
-    or an earlier export), else a one-line error."""
-    return check_directory_target(out, kind=EXPORT_KIND, recognise=_earlier_export)
+    or a model2vec export demitasse wrote), else a one-line error."""
+    return check_directory_target(out, kind=EXPORT_KIND)
 
 
 def export_model2vec(
@@ -75,7 +75,7 @@ def export_model2vec(
                 "type": "sentence_transformers.models.Normalize",
             }
         )
-    with atomic_directory(out, kind=EXPORT_KIND, recognise=_earlier_export) as tmp:
+    with atomic_directory(out, kind=EXPORT_KIND) as tmp:
         save_file(
             {"embeddings": np.ascontiguousarray(model.vectors)}, str(tmp / "model.safetensors")
         )
@@ -92,11 +92,6 @@ def export_model2vec(
         }
         (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return Path(out)
-
-
-def _earlier_export(path: Path) -> bool:
-    """A model2vec folder demitasse wrote before outputs carried a marker."""
-    return (path / EXPORT_INFO).is_file() and (path / "config.json").is_file()
 
 
 def _compressed(model: StaticModel, compressor: Compressor, dim: int | None) -> StaticModel:

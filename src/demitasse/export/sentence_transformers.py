@@ -65,8 +65,8 @@ EXPORTABLE_QUANTIZERS = (Float32Quantizer, Int8Quantizer, BinaryQuantizer)
 
 def check_export_target(out: str | Path) -> Path:
     """``out`` as a Path if an export may be written there (nothing, an empty folder or an
-    earlier export), else a one-line error."""
-    return check_directory_target(out, kind=EXPORT_KIND, recognise=_earlier_export)
+    export demitasse wrote), else a one-line error."""
+    return check_directory_target(out, kind=EXPORT_KIND)
 
 
 def export_sentence_transformer(
@@ -141,7 +141,7 @@ def _save_export(
 ) -> None:
     """The model, its ONNX files, Matryoshka widths, quantisation, export info and README:
     all or nothing."""
-    with atomic_directory(out, kind=EXPORT_KIND, recognise=_earlier_export) as tmp:
+    with atomic_directory(out, kind=EXPORT_KIND) as tmp:
         st.save(str(tmp), create_model_card=False)
         info["onnx"] = write_onnx_files(st[0], tmp)
         # sentence-transformers ignores keys it does not know and drops them on a re-save.
@@ -408,8 +408,3 @@ def _quantization_readme(quantization: dict[str, Any] | None) -> list[str]:
     else:
         body = "float32: the vectors are stored as they are."
     return [f"## Quantisation ({precision})", body]
-
-
-def _earlier_export(path: Path) -> bool:
-    """A folder this exporter wrote before outputs carried a marker."""
-    return (path / EXPORT_INFO).is_file() and (path / "modules.json").is_file()

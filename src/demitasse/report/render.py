@@ -98,7 +98,7 @@ def render_report(
         raise DataError("no result records to report")
     out_dir = Path(out_dir)
     # The report is one set: its figures, Markdown and HTML replace the old ones together.
-    with atomic_directory(out_dir, kind="report", recognise=_earlier_report) as tmp:
+    with atomic_directory(out_dir, kind="report") as tmp:
         blocks = build_blocks(records, tmp / "figures", title)
         (tmp / "report.md").write_text(to_markdown(blocks, tmp), encoding="utf-8")
         (tmp / "report.html").write_text(to_html(blocks, title), encoding="utf-8")
@@ -106,11 +106,6 @@ def render_report(
             out_dir / b.path.relative_to(tmp) for b in blocks if isinstance(b, FigureBlock)
         )
     return ReportPaths(out_dir / "report.md", out_dir / "report.html", figures)
-
-
-def _earlier_report(path: Path) -> bool:
-    """A report folder written before outputs carried a marker."""
-    return (path / "report.html").is_file() and (path / "report.md").is_file()
 
 
 def build_blocks(records: Sequence[ResultRecord], figures_dir: Path, title: str) -> list[Block]:

@@ -104,17 +104,10 @@ class SentenceModel(torch.nn.Module):
         """Write the model and its exit heads as a sentence-transformers directory,
         atomically; ``artifacts`` adds files (e.g. a trained pooler) to it before it takes the
         final name."""
-        with atomic_directory(
-            directory, kind="sentence-transformers model", recognise=_earlier_model
-        ) as tmp:
+        with atomic_directory(directory, kind="sentence-transformers model") as tmp:
             self.encoder.sentence_transformer.save(str(tmp))
             if len(self.exit_heads):
                 save_exit_heads(tmp, self.exit_heads.arrays())
             if artifacts is not None:
                 artifacts(tmp)
         return Path(directory)
-
-
-def _earlier_model(path: Path) -> bool:
-    """A model folder a training run wrote before outputs carried a marker."""
-    return (path / "modules.json").is_file() and (path / "config.json").is_file()
