@@ -45,7 +45,7 @@ from demitasse.report import markdown_table
 from demitasse.report.plots import save_figure
 from demitasse.report.templates import fill_section
 
-WINDOW = 5  # steps per gradient-variance window (demitasse.compress.learned._GradientLog)
+WINDOW = 5  # steps per gradient-variance window (demitasse.compress.learned_loop.GradientLog)
 SELECTIONS = ("ADS", "truncation", "top variance", "proxy-WARE top-k (oracle)")
 
 

@@ -13,7 +13,7 @@ from safetensors.numpy import save_file
 
 from demitasse import CompressedModel
 from demitasse.compress import BinaryQuantizer, load_quantizer, make_quantizer
-from demitasse.compress.quantize import itq_rotation, random_rotation
+from demitasse.compress.binary import itq_rotation, random_rotation
 from demitasse.errors import CompressorError
 from tests.helpers import correlated
 

@@ -17,6 +17,7 @@ from demitasse.compress.base import (
     make_compressor,
     register_compressor,
 )
+from demitasse.compress.binary import BinaryQuantizer
 from demitasse.compress.codebooks import (
     CodebookQuantizer,
     ProductQuantizer,
@@ -28,7 +29,6 @@ from demitasse.compress.mcr2 import MCR2
 from demitasse.compress.pca import PCA
 from demitasse.compress.pooler import Pooler
 from demitasse.compress.quantize import (
-    BinaryQuantizer,
     Float32Quantizer,
     Int8Quantizer,
     Quantizer,

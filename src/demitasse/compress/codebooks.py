@@ -31,12 +31,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from demitasse.arrays import as_matrix, cosine_rows, is_int
-from demitasse.compress.quantize import (
-    Quantizer,
-    random_rotation,
-    register_quantizer,
-    scored_queries,
-)
+from demitasse.compress.binary import random_rotation
+from demitasse.compress.quantize import Quantizer, register_quantizer, scored_queries
 from demitasse.errors import CompressorError
 
 #: Codewords per codebook: one byte per code.
