@@ -157,5 +157,6 @@ def write_beir(folder: Path, n_docs: int = 48, n_queries: int = 16, seed: int = 
         for i in range(n_queries):
             f.write(json.dumps({"_id": f"q{i}", "text": " ".join(docs[i].split()[:4])}) + "\n")
     lines = ["query-id\tcorpus-id\tscore", *(f"q{i}\td{i}\t1" for i in range(n_queries))]
-    (folder / "qrels" / "test.tsv").write_text("\r\n".join(lines) + "\r\n")
+    for split in ("train", "test"):  # the same judgements: tune decides on train's
+        (folder / "qrels" / f"{split}.tsv").write_text("\r\n".join(lines) + "\r\n")
     return folder

@@ -330,6 +330,27 @@ def test_the_store_keeps_finished_lines_and_drops_a_cut_last_one(tmp_path: Path)
 # ---- the user's data --------------------------------------------------------------------------
 
 
+def test_a_beir_folder_is_tuned_on_its_train_judgements_and_test_only_when_named(
+    beir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (beir / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    assert load_tune_data(beir=beir).queries == [_query_text(beir, "q1")]
+    with caplog.at_level("WARNING"):
+        assert len(load_tune_data(beir=beir, split="test").queries) == 16
+    assert "tuning on the test judgements" in caplog.text
+    (beir / "qrels" / "train.tsv").unlink()
+    with pytest.raises(DataError, match=r"no train or dev judgements.*--split test"):
+        load_tune_data(beir=beir)
+
+
+def _query_text(beir: Path, query_id: str) -> str:
+    for line in (beir / "queries.jsonl").read_text().splitlines():
+        query = json.loads(line)
+        if query["_id"] == query_id:
+            return str(query["text"])
+    raise AssertionError(query_id)
+
+
 def test_data_comes_in_one_of_the_accepted_combinations(tmp_path: Path, beir: Path) -> None:
     judged = load_tune_data(beir=beir)
     assert judged.kind == "retrieval" and len(judged.queries) == 16
@@ -716,12 +737,12 @@ def test_bad_data_ends_in_one_line(
 ) -> None:
     model = ["--model", str(tiny_model), "--min-retention", "0.9"]
     unknown = write_beir(tmp_path / "unknown")
-    with (unknown / "qrels" / "test.tsv").open("a") as f:
+    with (unknown / "qrels" / "train.tsv").open("a") as f:
         f.write("".join(f"q{i}\tmissing{i}\t1\r\n" for i in range(4)))
     code, _, err = _run([*model, "--beir", str(unknown), "--out", str(tmp_path / "a")], capsys)
     _one_line_error(code, err, "corpus id 'missing0' is not in")
     unjudged = write_beir(tmp_path / "unjudged")
-    (unjudged / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nqX\td1\t1\n")
+    (unjudged / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nqX\td1\t1\n")
     code, _, err = _run([*model, "--beir", str(unjudged), "--out", str(tmp_path / "b")], capsys)
     _one_line_error(code, err, "query id 'qX' is not in")
     empty = write_beir(tmp_path / "empty")
@@ -757,8 +778,9 @@ def test_some_unjudged_queries_are_left_out_and_the_tune_goes_on(
     tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = write_beir(tmp_path / "beir", n_queries=16)
-    lines = (folder / "qrels" / "test.tsv").read_text().splitlines()
-    (folder / "qrels" / "test.tsv").write_text("\n".join(lines[:9]) + "\n")  # 8 of 16 judged
+    lines = (folder / "qrels" / "train.tsv").read_text().splitlines()
+    for split in ("train", "test"):  # 8 of 16 judged, by no split
+        (folder / "qrels" / f"{split}.tsv").write_text("\n".join(lines[:9]) + "\n")
     code, printed, err = _run(
         [
             "--model",

@@ -36,7 +36,11 @@ def add_tune_parser(commands: Any) -> None:  # argparse's subparsers action
         "(optionally with --queries: then the label-free estimate decides)"
     )
     data.add_argument("--beir", default=None, help="BEIR folder (corpus, queries, qrels/)")
-    data.add_argument("--split", default="test", help="qrels split of --beir (default test)")
+    data.add_argument(
+        "--split",
+        default=None,
+        help="qrels split of --beir (default: train, else dev; test only when named)",
+    )
     data.add_argument(
         "--corpus", default=None, help="documents: .jsonl, .tsv, .csv, .parquet, .txt"
     )

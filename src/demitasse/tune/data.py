@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from demitasse.data import (
     read_documents,
 )
 from demitasse.errors import DataError
+
+logger = logging.getLogger(__name__)
 
 KINDS = ("retrieval", "pairs", "label-free")
 
@@ -86,19 +89,19 @@ class TuneData:
 def load_tune_data(
     *,
     beir: str | Path | None = None,
-    split: str = "test",
+    split: str | None = None,
     corpus: str | Path | None = None,
     queries: str | Path | None = None,
     qrels: str | Path | None = None,
     pairs: str | Path | None = None,
 ) -> TuneData:
-    """The data a tune decides on, from exactly one of: a BEIR folder (``beir`` + ``split``);
-    ``corpus`` + ``queries`` + ``qrels`` files; scored ``pairs`` (fitted on ``corpus`` when
-    given, else on the pairs' sentences); or ``corpus`` alone, optionally with ``queries``
-    (label-free)."""
+    """The data a tune decides on, from exactly one of: a BEIR folder (``beir`` + ``split``,
+    see :func:`tune_split`); ``corpus`` + ``queries`` + ``qrels`` files; scored ``pairs``
+    (fitted on ``corpus`` when given, else on the pairs' sentences); or ``corpus`` alone,
+    optionally with ``queries`` (label-free)."""
     _check_combination(beir, corpus, queries, qrels, pairs)
     if beir is not None:
-        return _retrieval(load_beir(beir, split))
+        return _retrieval(load_beir(beir, tune_split(beir, split)))
     if qrels is not None:
         assert corpus is not None and queries is not None
         return _retrieval(load_retrieval(corpus, queries, qrels, name=_stem(corpus)))
@@ -109,6 +112,25 @@ def load_tune_data(
     assert corpus is not None
     query_texts = [] if queries is None else _documents(queries, queries=True)
     return TuneData("label-free", _stem(corpus), _documents(corpus), query_texts)
+
+
+def tune_split(beir: str | Path, split: str | None) -> str:
+    """The judgements of a BEIR folder a tune decides on: ``split`` when given, else its
+    train judgements, else its dev ones. Test judgements only when named: a configuration
+    chosen on the queries it is then evaluated with scores optimistically there."""
+    if split is None:
+        found = [s for s in ("train", "dev") if (Path(beir) / "qrels" / f"{s}.tsv").is_file()]
+        if not found:
+            raise DataError(
+                f"{beir} has no train or dev judgements: tuning on its test judgements "
+                "chooses on the queries you evaluate with; give --split test to do so knowingly"
+            )
+        split = found[0]
+    if split == "test":
+        logger.warning(
+            "tuning on the test judgements: figures measured on them afterwards are optimistic"
+        )
+    return split
 
 
 def _check_combination(
