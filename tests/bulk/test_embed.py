@@ -193,3 +193,32 @@ def test_what_a_run_killed_before_its_first_manifest_leaves_is_no_obstacle(
     (out / "manifest.json.tmp").write_text('{"kind": "demitasse bu')
     code, text, err = run_cli(_embed(models.int8, corpus, out, "--resume"), capsys)
     assert code == 0 and "240 rows" in text, err
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--vector-column", "id", "--id-column", "id"],
+        ["--vector-column", "embedding", "--id-column", "embedding"],
+    ],
+)
+def test_the_same_column_named_twice_ends_in_one_line(
+    models: Models, vectors: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], extra
+) -> None:
+    argv = ["recompress", str(models.float32), "--input", f"{vectors}/*.parquet", "--out",
+            str(tmp_path / "out"), *extra]  # fmt: skip
+    code, _, err = run_cli(argv, capsys)
+    assert code == 2 and err.count("\n") == 1 and "name two different columns" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_embed_refuses_the_text_column_as_the_id_column(
+    models: Models, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.jsonl").write_text('{"id": "a", "text": "a man plays"}\n')
+    code, _, err = run_cli(
+        _embed(models.int8, corpus, tmp_path / "out", "--id-column", "text"), capsys
+    )
+    assert code == 2 and err.count("\n") == 1 and "name two different columns" in err, err

@@ -58,6 +58,14 @@ class Columns:
     values: str  # "texts" or "vectors"
     id_required: bool = True  # False: a missing id column falls back to positional ids
 
+    def __post_init__(self) -> None:
+        if self.ids is not None and self.ids == self.value:
+            kind = "text" if self.values == "texts" else "vector"
+            raise DataError(
+                f"the {kind} column and the id column are both {self.value!r}: name two "
+                "different columns"
+            )
+
 
 def kind_of(path: Path) -> str | None:
     name = path.name.lower()

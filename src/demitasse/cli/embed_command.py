@@ -109,7 +109,9 @@ def run_bulk_command(args: argparse.Namespace) -> int:
     else:
         inputs = expand_inputs(args.input, ("parquet",))
         given = args.id_column is not None
-        columns = Columns(args.vector_column, args.id_column or "id", "vectors", id_required=given)
+        # Without --id-column, an "id" column names the rows unless it holds the vectors.
+        ids = args.id_column or (None if args.vector_column == "id" else "id")
+        columns = Columns(args.vector_column, ids, "vectors", id_required=given)
     job = BulkJob(
         command=EMBED if embed else RECOMPRESS,
         model=args.model,
