@@ -16,9 +16,9 @@ from demitasse.data import STSB_FIT_DATA, stsb_fit_sentences
 from demitasse.encoders import TransformerEncoder
 from demitasse.errors import DataError
 from demitasse.evaluation import ResultRecord, Task, evaluate_grid, machine_description
-from demitasse.experiments import load_grid
 from demitasse.loading import load_encoder
-from demitasse.report.templates import SectionTemplate
+from lab import load_grid
+from lab.templates import SectionTemplate
 
 HERE = Path(__file__).resolve().parent
 RESULTS_MD = HERE / "RESULTS.md"
@@ -30,11 +30,11 @@ def log(message: str) -> None:
 
 
 def log_progress() -> None:
-    """Show the progress notes of ``demitasse.experiments`` (fits, timings) on stderr, as the
+    """Show the progress notes of ``lab`` (fits, timings) on stderr, as the
     scripts' own lines are; the rest of the library stays at warnings."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
-    progress = logging.getLogger("demitasse.experiments")
+    progress = logging.getLogger("lab")
     progress.handlers[:] = [handler]
     progress.setLevel(logging.INFO)
     progress.propagate = False

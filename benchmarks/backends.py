@@ -40,12 +40,12 @@ from demitasse.data import stsb_fit_sentences
 from demitasse.encoders import TransformerEncoder
 from demitasse.encoders.backends import INT8_OPTIONS, instruction_sets
 from demitasse.encoders.base import BACKENDS
+from demitasse.encoders.transformer import load_transformer
 from demitasse.evaluation import ResultRecord, build_tasks, evaluate_grid, machine_description
 from demitasse.evaluation.efficiency import thread_counts, time_interleaved
 from demitasse.evaluation.records import read_records, write_records
-from demitasse.loading import load_transformer
 from demitasse.report import markdown_table
-from demitasse.report.templates import fill_section
+from lab.templates import fill_section
 
 NAME = "backends"
 RESULTS = HERE / "results" / f"{NAME}.json"

@@ -25,9 +25,9 @@ from demitasse.evaluation.classification import ClassificationTask
 from demitasse.evaluation.tasks import EmbeddedTexts, Score, Task
 from demitasse.report import markdown_table
 from demitasse.report.plots import plot_quality_vs_dim
-from demitasse.report.results_file import update_section
 from demitasse.report.tables import task_table
-from demitasse.report.templates import join_blocks
+from lab.results_file import update_section
+from lab.templates import join_blocks
 
 NAME = "classification"
 

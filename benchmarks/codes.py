@@ -41,8 +41,8 @@ from demitasse.evaluation import ResultRecord, machine_description, read_records
 from demitasse.evaluation.ranking_metrics import evaluate_run
 from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
-from demitasse.report.results_file import update_section
 from demitasse.search import AsymmetricScan
+from lab.results_file import update_section
 
 NAME = "codes"
 K = 10

@@ -31,7 +31,7 @@ from demitasse.compress.learned import LearnedCompressor
 from demitasse.evaluation import ResultRecord, machine_description, write_records
 from demitasse.evaluation.efficiency import thread_counts, time_interleaved
 from demitasse.report import markdown_table
-from demitasse.report.results_file import update_section
+from lab.results_file import update_section
 
 PROSE = template("compress_speed")
 # label: (registry name, options, widths timed). MCR² has one fixed width (its default 128).

@@ -53,11 +53,8 @@ from demitasse.evaluation.grid import evaluate_vectors
 from demitasse.evaluation.label_free import neighbourhood_agreement
 from demitasse.evaluation.retrieval import RetrievalTask
 from demitasse.evaluation.tasks import STSTask, Task
-from demitasse.experiments.depth_checks import depth_checks, family_flags
 from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
-from demitasse.report.results_file import update_section
-from demitasse.report.templates import join_blocks
 from demitasse.search import QuantizedIndex
 from demitasse.training import SentenceModel, TrainingSet
 from demitasse.training.frozen import training_texts
@@ -70,6 +67,9 @@ from demitasse.training.heads import (
 )
 from demitasse.training.recipes import load_training_sets
 from demitasse.training.trainer import dev_texts, pairs_score
+from lab.depth_checks import depth_checks, family_flags
+from lab.results_file import update_section
+from lab.templates import join_blocks
 
 NAME = "depth"
 #: The candidates' settings on top of :class:`ExitHeadDistiller`'s defaults. ``supervised``

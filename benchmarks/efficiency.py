@@ -51,8 +51,8 @@ from demitasse.evaluation.efficiency import (
 from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
 from demitasse.report.plots import save_figure
-from demitasse.report.results_file import update_section
-from demitasse.report.templates import join_blocks
+from lab.results_file import update_section
+from lab.templates import join_blocks
 
 PARTS = ("encode", "transform", "search")
 

@@ -33,17 +33,9 @@ from _common import HERE, RESULTS_MD, grid, log, template
 from demitasse.data import ScoredPairs, load_sts_suite, load_stsb
 from demitasse.encoders.resolve import cache_root
 from demitasse.evaluation import ResultRecord, machine_description, write_records
-from demitasse.experiments.layers import (
-    LayerAverages,
-    inner_layer_mean,
-    layer_averages,
-    score_every_layer,
-)
 from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
 from demitasse.report.plots import plot_layer_heatmap
-from demitasse.report.results_file import update_section
-from demitasse.report.templates import join_blocks
 from demitasse.training import SentenceModel, TrainingConfig, TrainingSet, fine_tune
 from demitasse.training.espresso import (
     OWN_PARAMETERS_LEARNING_RATE,
@@ -56,6 +48,14 @@ from demitasse.training.recipes import (
     make_objective,
     split_options,
 )
+from lab.layers import (
+    LayerAverages,
+    inner_layer_mean,
+    layer_averages,
+    score_every_layer,
+)
+from lab.results_file import update_section
+from lab.templates import join_blocks
 
 NAME = "espresso"
 

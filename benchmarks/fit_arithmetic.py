@@ -32,7 +32,10 @@ from demitasse.data import resolve_data_dir
 from demitasse.encoders.resolve import cache_root
 from demitasse.evaluation import ResultRecord, machine_description, write_records
 from demitasse.evaluation.efficiency import best_of
-from demitasse.experiments import (
+from demitasse.io import atomic_write_json, read_json
+from demitasse.loading import load_encoder
+from demitasse.report.tables import markdown_table
+from lab import (
     Embedded,
     FitJob,
     FitSetting,
@@ -42,10 +45,7 @@ from demitasse.experiments import (
     sts_and_scifact,
     unsupervised_setting,
 )
-from demitasse.io import atomic_write_json, read_json
-from demitasse.loading import load_encoder
-from demitasse.report.tables import markdown_table
-from demitasse.report.templates import fill_section
+from lab.templates import fill_section
 from learned_compressors import GRID, make_fit
 
 NAME = "fit_arithmetic"

@@ -25,7 +25,7 @@ import numpy as np
 from _common import HERE, RESULTS_MD, log, template
 from demitasse.evaluation import ResultRecord, machine_description, write_records
 from demitasse.report.tables import markdown_table
-from demitasse.report.templates import fill_section
+from lab.templates import fill_section
 
 NAME = "fit_scale"
 KINDS = ("in-memory", "statistics-local", "statistics-ray", "sample-local")

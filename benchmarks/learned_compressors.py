@@ -35,7 +35,9 @@ from demitasse.data import resolve_data_dir
 from demitasse.encoders import Encoder
 from demitasse.evaluation import ResultRecord, machine_description, write_records
 from demitasse.evaluation.efficiency import measure_transform_throughput
-from demitasse.experiments import (
+from demitasse.loading import load_encoder
+from demitasse.report import markdown_table, plot_quality_vs_dim
+from lab import (
     Embedded,
     FitJob,
     FitOutcome,
@@ -54,10 +56,8 @@ from demitasse.experiments import (
     supervised_setting,
     unsupervised_setting,
 )
-from demitasse.loading import load_encoder
-from demitasse.report import markdown_table, plot_quality_vs_dim
-from demitasse.report.results_file import update_section
-from demitasse.report.templates import join_blocks
+from lab.results_file import update_section
+from lab.templates import join_blocks
 
 SETTINGS = ("unsupervised", "supervised", "retrieval")
 BASELINES = ("truncate", "pca")

@@ -48,7 +48,7 @@ from demitasse.evaluation.records import ResultRecord, machine_description, writ
 from demitasse.evaluation.tasks import EmbeddedTexts, Score, STSTask
 from demitasse.loading import load_encoder
 from demitasse.report import markdown_table, plot_sts_vs_dim, sts_table
-from demitasse.report.templates import fill_section
+from lab.templates import fill_section
 
 STSB_MIN_SCORE = 4.0
 

@@ -41,7 +41,7 @@ from demitasse.export import export_model
 from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
 from demitasse.report.plots import save_figure
-from demitasse.report.templates import fill_section
+from lab.templates import fill_section
 
 NAME = "model_roundtrip"
 #: (method spec, dim, precision): the issue's PCA-64-int8, and two more shapes of model.

@@ -30,7 +30,7 @@ from demitasse.evaluation import (
 from demitasse.evaluation.retrieval import RetrievalTask
 from demitasse.report import markdown_table
 from demitasse.report.plots import save_figure
-from demitasse.report.templates import fill_section
+from lab.templates import fill_section
 
 METRICS = ("ndcg@10", "recall@100", "mrr@10")
 PUBLISHED_NDCG10 = 64.51  # all-MiniLM-L6-v2 on SciFact test (MTEB), cosine, exact search

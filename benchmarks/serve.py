@@ -33,7 +33,7 @@ from _common import HERE, RESULTS_MD, log, template
 from demitasse.data import load_stsb
 from demitasse.evaluation import ResultRecord, machine_description, write_records
 from demitasse.report import markdown_table
-from demitasse.report.templates import fill_section
+from lab.templates import fill_section
 
 NAME = "serve"
 REPO = HERE.parent

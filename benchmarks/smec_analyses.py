@@ -39,11 +39,11 @@ from demitasse.encoders import Encoder
 from demitasse.evaluation import ResultRecord, STSTask, machine_description, write_records
 from demitasse.evaluation.retrieval import RetrievalTask
 from demitasse.evaluation.sts import spearman_x100
-from demitasse.experiments import evaluation_texts, held_out_unlabeled
 from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
 from demitasse.report.plots import save_figure
-from demitasse.report.templates import fill_section
+from lab import evaluation_texts, held_out_unlabeled
+from lab.templates import fill_section
 
 WINDOW = 5  # steps per gradient-variance window (demitasse.compress.learned_loop.GradientLog)
 SELECTIONS = ("ADS", "truncation", "top variance", "proxy-WARE top-k (oracle)")

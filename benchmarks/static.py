@@ -45,7 +45,6 @@ from demitasse.evaluation import (
 from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
 from demitasse.report.plots import save_figure
-from demitasse.report.results_file import update_section
 from demitasse.static import StaticModel
 from demitasse.static.extract import COUNTS_FILE
 from demitasse.static.pca import StaticPCA
@@ -57,6 +56,7 @@ from demitasse.static.pipeline import (
     write_stage_summary,
 )
 from demitasse.static.vocabulary import static_tokenizer
+from lab.results_file import update_section
 
 NAME = "static"
 PEERS = ("ours", "model2vec", "wordllama", "teacher")

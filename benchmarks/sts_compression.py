@@ -20,7 +20,7 @@ from demitasse.evaluation import (
     write_records,
 )
 from demitasse.report import markdown_table, plot_sts_vs_dim, sts_table
-from demitasse.report.templates import fill_section
+from lab.templates import fill_section
 
 PUBLISHED = {  # all-MiniLM-L6-v2, mean pooling, cosine, Spearman ×100 (MTEB / SentEval "all")
     "STS12": 72.37, "STS13": 80.60, "STS14": 75.59, "STS15": 85.39, "STS16": 78.99,

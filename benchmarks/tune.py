@@ -50,7 +50,7 @@ from demitasse.evaluation import (
 from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
 from demitasse.report.plots import save_figure
-from demitasse.report.results_file import update_section
+from lab.results_file import update_section
 
 HERE = Path(__file__).resolve().parent
 NAME = "tune"

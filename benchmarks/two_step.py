@@ -47,13 +47,10 @@ from demitasse.evaluation import (
     machine_description,
     write_records,
 )
-from demitasse.experiments import evaluation_texts
-from demitasse.experiments.scoring import VectorJob, score_vectors
 from demitasse.io import atomic_write_text
 from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
 from demitasse.report.plots import plot_matrix_heatmap
-from demitasse.report.results_file import update_section
 from demitasse.training import TrainingConfig, TrainingSet
 from demitasse.training.pooler import POOLER_DIR
 from demitasse.training.two_step import (
@@ -62,6 +59,9 @@ from demitasse.training.two_step import (
     pooler_swap_matrix,
     two_step,
 )
+from lab import evaluation_texts
+from lab.results_file import update_section
+from lab.scoring import VectorJob, score_vectors
 
 PROSE = template("two_step")
 MANIFOLDS = {"pca": "PCA", "isomap": "Isomap", "lle": "LLE"}  # registry name -> row label

@@ -37,10 +37,10 @@ from demitasse.evaluation import (
     machine_description,
     write_records,
 )
+from demitasse.latency import measure_search_latency
 from demitasse.report import markdown_table
-from demitasse.report.templates import fill_section
-from demitasse.search import measure_search_latency
 from demitasse.store import LanceStore
+from lab.templates import fill_section
 
 NAME = "vectordb"
 FIT_DATA = "scifact-corpus"

@@ -29,7 +29,7 @@ from demitasse.evaluation import ResultRecord, evaluate_grid, machine_descriptio
 from demitasse.evaluation.tasks import STSTask
 from demitasse.loading import load_encoder
 from demitasse.report.tables import markdown_table
-from demitasse.report.templates import fill_section
+from lab.templates import fill_section
 
 NAME = "word_order"
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from demitasse.errors import DataError, one_line
-from demitasse.report.results_file import update_section
+from lab.results_file import update_section
 
 #: The name of the text before the first part line: the section itself.
 SECTION = "section"
@@ -88,7 +88,7 @@ def fill_section(
     results: str | Path, name: str, template: SectionTemplate, /, **values: object
 ) -> str:
     """Fill ``template``'s section, put it in place of section ``name`` of the results file
-    (atomically, see :func:`~demitasse.report.results_file.update_section`) and return it."""
+    (atomically, see :func:`~lab.results_file.update_section`) and return it."""
     body = template.fill(SECTION, **values)
     update_section(results, name, body)
     return body

@@ -28,7 +28,7 @@ from demitasse.data.beir import load_beir
 from demitasse.encoders import Encoder
 from demitasse.evaluation import STSTask, Task
 from demitasse.evaluation.retrieval import RetrievalTask
-from demitasse.experiments.fitting import FitSetting, Judged
+from lab.fitting import FitSetting, Judged
 
 logger = logging.getLogger(__name__)
 

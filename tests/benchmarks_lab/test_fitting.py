@@ -12,7 +12,7 @@ import pytest
 from demitasse.compress import make_compressor
 from demitasse.data import ScoredPairs
 from demitasse.evaluation import ResultRecord, STSTask
-from demitasse.experiments import (
+from lab import (
     Embedded,
     FitJob,
     FitOutcome,
@@ -24,6 +24,7 @@ from demitasse.experiments import (
     seed_jobs,
     summarise_seeds,
 )
+from tests.conftest import REPO
 
 DIM = 16
 
@@ -126,7 +127,7 @@ def test_workers_run_with_the_thread_budget_they_are_given() -> None:
 # worker of each pool lingers a second in that window, so the pool's terminate lands there.
 STOP_WORKERS_EARLY = """
 import os, signal, time
-from demitasse.experiments import run_in_workers
+from lab import run_in_workers
 forks = []
 os.register_at_fork(before=lambda: forks.append(1),
                     after_in_child=lambda: time.sleep(1) if len(forks) % 2 == 0 else None)
@@ -140,8 +141,10 @@ print("stopped")
 
 
 def test_abandoned_workers_stop_even_under_a_handler_that_ignores_sigterm() -> None:
+    # A fresh interpreter finds the lab where the scripts do: in benchmarks/.
+    env = {**os.environ, "PYTHONPATH": str(REPO / "benchmarks")}
     done = subprocess.run([sys.executable, "-c", STOP_WORKERS_EARLY], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+                          text=True, timeout=60, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["stopped"]
 

@@ -11,7 +11,7 @@ from demitasse.data import evaluation_pairs, load_stsb
 from demitasse.data.beir import load_beir
 from demitasse.data.overlap import pair_keys
 from demitasse.encoders import TransformerEncoder
-from demitasse.experiments import (
+from lab import (
     evaluation_texts,
     held_out_sts_training,
     held_out_unlabeled,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from demitasse.errors import DataError
-from demitasse.report.results_file import update_section
-from demitasse.report.templates import SECTION, SectionTemplate, fill_section, join_blocks
+from lab.results_file import update_section
+from lab.templates import SECTION, SectionTemplate, fill_section, join_blocks
 
 TEMPLATE = """## Run (`${name}`)
 

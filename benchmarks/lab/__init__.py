@@ -1,11 +1,13 @@
-"""What benchmark scripts share: experiment grids from TOML, data for compressor fits, jobs in
-worker processes with a set thread budget, and seed averaging.
+"""The lab beside the product: what benchmark scripts share. Experiment grids from TOML, data
+for compressor fits, jobs in worker processes with a set thread budget, seed averaging, the
+depth harness's checks, and the RESULTS.md pages filled from Markdown templates.
 
-It sits above the library (it may import data, encoders, compress and evaluation); nothing
-in the library imports it except the command line.
+It is no part of the installed package: the scripts run as ``python benchmarks/<name>.py``, so
+``benchmarks/`` is on ``sys.path`` and they import ``lab``. It may import anything in
+``demitasse``; nothing in ``demitasse`` imports it.
 """
 
-from demitasse.experiments.fitting import (
+from lab.fitting import (
     Embedded,
     FitJob,
     FitOutcome,
@@ -17,9 +19,9 @@ from demitasse.experiments.fitting import (
     seed_jobs,
     summarise_seeds,
 )
-from demitasse.experiments.grids import load_grid
-from demitasse.experiments.parallel import run_in_workers
-from demitasse.experiments.settings import (
+from lab.grids import load_grid
+from lab.parallel import run_in_workers
+from lab.settings import (
     evaluation_texts,
     held_out_sts_training,
     held_out_unlabeled,

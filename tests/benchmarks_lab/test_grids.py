@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from demitasse.errors import DataError
-from demitasse.experiments import load_grid
+from lab import load_grid
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ import pytest
 
 from demitasse.data import ScoredPairs
 from demitasse.evaluation import ResultRecord, STSTask, evaluate_vectors
-from demitasse.experiments.layers import inner_layer_mean, layer_averages
-from demitasse.experiments.scoring import VectorJob, score_vectors
+from lab.layers import inner_layer_mean, layer_averages
+from lab.scoring import VectorJob, score_vectors
 
 
 def _record(model: str, layer: int, dim: int, dataset: str, score: float) -> ResultRecord:

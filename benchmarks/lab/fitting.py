@@ -2,7 +2,7 @@
 
 A *setting* is one way of fitting (which rows, which supervision, what the fits are judged
 on); a *job* is one compressor of one setting at one seed. Jobs are independent, so a
-benchmark runs them with :func:`~demitasse.experiments.parallel.run_in_workers` and folds
+benchmark runs them with :func:`~lab.parallel.run_in_workers` and folds
 the outcomes back together with :func:`summarise_seeds`.
 """
 

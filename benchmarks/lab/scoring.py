@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from demitasse.evaluation import ResultRecord, Task, evaluate_vectors, machine_description
-from demitasse.experiments.parallel import run_in_workers
+from lab.parallel import run_in_workers
 
 
 @dataclass(frozen=True)
