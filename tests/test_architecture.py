@@ -206,8 +206,8 @@ def test_the_graph_holds_the_dependencies_the_layout_is_built_on() -> None:
     assert "demitasse.static" not in edges["demitasse.encoders"]
     assert "demitasse.persistence" in edges["demitasse.compress"]
     # A lazy import inside a function counts: the model loads its encoder only when asked.
-    model_loading = edges["demitasse.model"]["demitasse.loading"]
-    assert any(imp.source == "demitasse.model" for imp in model_loading)
+    model_loading = edges["demitasse.model_encoder"]["demitasse.loading"]
+    assert any(imp.source == "demitasse.model_encoder" for imp in model_loading)
 
 
 # ---- the checks catch what they should, on a planted package -----------------------------------

@@ -11,7 +11,6 @@ from typing import Any
 
 from demitasse.encoders.base import Encoder
 from demitasse.encoders.resolve import DEFAULT_MODEL
-from demitasse.encoders.transformer import load_transformer
 from demitasse.errors import DemitasseError
 from demitasse.static.model import StaticModel, is_static_model_dir
 
@@ -31,4 +30,14 @@ def load_encoder(name_or_path: str | Path = DEFAULT_MODEL, **kwargs: Any) -> Enc
                 "transformer encoders only (a static model needs none)"
             )
         return StaticModel.load(Path(name_or_path).expanduser())
+    # torch and transformers load only here: a static model needs neither.
+    try:
+        from demitasse.encoders.transformer import load_transformer
+    except ImportError as exc:
+        raise DemitasseError(
+            f"the transformer encoder {name_or_path} needs torch and transformers ({exc.name} "
+            "is missing): pip install 'demitasse[train]', or save the model with its ONNX "
+            "graph (save(onnx=True), 'demitasse fit --onnx') to encode without them"
+        ) from None
+
     return load_transformer(name_or_path, **kwargs)

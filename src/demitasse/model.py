@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Self
 
@@ -57,7 +58,7 @@ from demitasse.model_checks import (
     check_width,
     is_text_list,
 )
-from demitasse.model_encoder import IDENTITY, EncoderLink
+from demitasse.model_encoder import IDENTITY, EncoderLink, load_backend
 from demitasse.model_files import (
     check_model_target,
     fit_record,
@@ -526,13 +527,8 @@ class CompressedModel:
     # ---- encoder -----------------------------------------------------------------------------
 
     def _load_encoder(self) -> None:
-        from demitasse.loading import load_encoder
-
-        source = self.encoder_source
-        assert source is not None
-        encoder = load_encoder(source, cache=self.cache, backend=self.backend)
-        self._link.attach_loaded(encoder, self.layer)
-        self._input_dim = int(encoder.dim)
+        # The source, or the model directory's ONNX graph (see demitasse.model_encoder).
+        self._input_dim = int(self._link.load(self.layer, self.cache).dim)
 
     def _encoder_record(self) -> dict[str, Any]:
         """What identifies the encoder (see :mod:`demitasse.model_encoder`), checked against
@@ -568,21 +564,26 @@ class CompressedModel:
         encoder = self._encoder_record() if self.has_encoder else None
         return model_config(self, encoder, self._matryoshka)
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, *, onnx: bool = False) -> Path:
         """Write the model directory atomically: config.json, compressor/, quantizer/,
-        rescore/ (the int8 ranges of the rescoring store)."""
-        return write_model_dir(path, self.config(), model_parts(self))
+        rescore/ (the int8 ranges of the rescoring store); with ``onnx``, encoder/: the
+        transformer encoder as an ONNX graph cut at the layer, which ``load`` runs without
+        torch (float32, and int8 for ``onnx-int8``; writing it needs torch)."""
+        config = self.config()  # loads the encoder
+        graph = partial(self._link.write_graph, self.layer) if onnx else None
+        return write_model_dir(path, config, model_parts(self), graph)
 
     @classmethod
     def load(
         cls, path: str | Path, *, cache: bool = True, backend: str | None = None
     ) -> CompressedModel:
         """Read a model directory (or a bare saved compressor, as a vectors-only model);
-        ``backend`` replaces the saved one."""
+        ``backend`` replaces the saved one. An ONNX graph carried in it runs for ``onnx``/
+        ``onnx-int8``, or for a saved ``torch`` without torch (:mod:`demitasse.model_encoder`)."""
         saved = read_model_dir(path)
         model = cls(None, compressor=saved.compressor, cache=cache, **saved.settings)
         model.layer = saved.layer
-        model._link.ref = saved.encoder
+        model._link.ref, model._link.graph = saved.encoder, saved.graph
         try:
             model.backend = saved.backend
         except DemitasseError as exc:
@@ -595,6 +596,5 @@ class CompressedModel:
         model.rescore_precision = saved.rescore_precision
         model.rescore_quantizer = saved.rescore_quantizer
         model.fit_info = saved.fit_info
-        if backend is not None:
-            model.backend = backend
+        model.backend = load_backend(backend, saved.backend, saved.graph)
         return model

@@ -7,16 +7,40 @@ an API). Once an encoder is attached the link records what identifies it: its so
 name, width, number of layers and the content fingerprint of its files. That record is saved
 with the model, and an encoder loaded later from the same source must match it, since its
 vectors would otherwise not be the ones the compressor was fitted on.
+
+A model directory may carry its transformer encoder as an ONNX graph (``encoder/``, see
+:mod:`demitasse.encoders.onnx_graph`). Which runs, when the model is loaded (the rule of
+:func:`load_backend` and :meth:`EncoderLink.load`):
+
+- backend ``onnx`` or ``onnx-int8`` (saved, or asked for) and the folder has that graph at the
+  model's layer: the graph, with numpy, ONNX Runtime and ``tokenizers`` only;
+- backend ``torch`` as saved (not asked for), torch, transformers or sentence-transformers not
+  importable, and the folder has the float32 graph: the graph, and the model's backend becomes
+  ``onnx`` (the same vectors, within float precision);
+- otherwise the source encoder (its name or directory), as a model without a graph loads it.
+
+The graph stands for the source: its files' sha256 are checked against its record, and its
+record's fingerprint of the source's files against the model's, so the source need not be
+present. Changing the backend of a loaded graph encoder to one its folder lacks lets the next
+use load by the same rule.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
 from demitasse.encoders.base import Encoder, check_backend
+from demitasse.encoders.onnx_graph import OnnxGraphEncoder, read_graph_spec
 from demitasse.errors import DemitasseError
 from demitasse.model_files import directory_fingerprint
+
+logger = logging.getLogger(__name__)
+#: What the source transformer encoder runs on (the ``train`` extra).
+TORCH_STACK = ("torch", "transformers", "sentence_transformers")
 
 #: The parts of the record that identify an encoder's output (what provenance keeps).
 IDENTITY = ("name", "kind", "dim", "fingerprint")
@@ -35,6 +59,8 @@ class EncoderLink:
         self.ref: dict[str, Any] | None = None
         if isinstance(encoder, str | Path):
             self.ref = {"source": source_of(encoder)}
+        #: The model directory's graph folder (``encoder/``), when it carries one.
+        self.graph: Path | None = None
 
     @property
     def present(self) -> bool:
@@ -54,13 +80,17 @@ class EncoderLink:
             encoder.backend = self.backend  # type: ignore[attr-defined]
         self.loaded = encoder
         path = getattr(encoder, "path", None)
+        # A graph encoder stands for its source: the fingerprint recorded with the graph.
+        fingerprint = getattr(encoder, "source_fingerprint", None)
+        if fingerprint is None and path is not None:
+            fingerprint = directory_fingerprint(Path(path))
         self.ref = {
             "source": source,
             "kind": "static" if type(encoder).__name__ == "StaticModel" else "transformer",
             "name": encoder.name,
             "dim": int(encoder.dim),
             "num_layers": int(encoder.num_layers),
-            "fingerprint": directory_fingerprint(Path(path)) if path is not None else None,
+            "fingerprint": fingerprint,
         }
 
     def attach_loaded(self, encoder: Encoder, layer: int | None) -> None:
@@ -83,12 +113,87 @@ class EncoderLink:
         if backend != "torch" and not self.present:
             raise DemitasseError(f"the {backend} backend needs an encoder; this is a "
                                  "vectors-only model")  # fmt: skip
+        if isinstance(self.loaded, OnnxGraphEncoder) and not self.loaded.spec.offers(backend):
+            self.loaded = None  # the next use loads by the rule (the module's doc)
         if self.loaded is not None and backend != self.backend:
             if not hasattr(self.loaded, "backend"):
                 raise DemitasseError(f"the {backend} backend applies to transformer encoders; "
                                      f"{self.loaded.name} is not one")  # fmt: skip
             self.loaded.backend = backend  # type: ignore[attr-defined]
         self.backend = backend
+
+    def load(self, layer: int | None, cache: bool) -> Encoder:
+        """Load the recorded encoder (the graph folder's or the source), checked against
+        the record, by the rule of the module's doc."""
+        assert self.ref is not None
+        graph = read_graph_spec(self.graph) if self.graph is not None else None
+        encoder: Encoder
+        if graph is not None and graph.offers(self.backend, layer):
+            encoder = OnnxGraphEncoder(graph.path, backend=self.backend, cache=cache)
+        else:
+            if graph is not None and not torch_stack_available():
+                raise DemitasseError(
+                    f"{graph.path} runs {', '.join(graph.graphs)} at layer {graph.layer}; the "
+                    f"{self.backend} backend{'' if layer is None else f' at layer {layer}'} "
+                    "needs the source encoder, with torch: pip install 'demitasse[train]'"
+                )
+            from demitasse.loading import load_encoder
+
+            encoder = load_encoder(self.ref["source"], cache=cache, backend=self.backend)
+        self.attach_loaded(encoder, layer)
+        return encoder
+
+    def write_graph(self, layer: int | None, target: Path) -> None:
+        """Write the encoder cut after ``layer`` as a graph folder into ``target``: a copy of
+        the loaded graph encoder's folder, or exported from the torch encoder (the float32
+        graph, and the int8 one when the backend is ``onnx-int8``)."""
+        if self.loaded is None or self.ref is None:
+            raise DemitasseError("the encoder must be loaded before its graph is written")
+        encoder: Any = self.loaded
+        if isinstance(encoder, OnnxGraphEncoder):
+            if not encoder.spec.offers("onnx", layer):
+                raise DemitasseError(
+                    f"{encoder.path} carries layer {encoder.layer}; a graph of another layer "
+                    "is exported from the source, with torch"
+                )
+            shutil.copytree(encoder.path, target)
+            return
+        if self.ref.get("kind") != "transformer" or not hasattr(encoder, "tokenizer"):
+            raise DemitasseError(
+                f"an ONNX graph carries a transformer encoder; {encoder.name} is not one"
+            )
+        try:
+            from demitasse.encoders.backends import write_graph_folder
+        except ImportError as exc:
+            raise DemitasseError(f"writing the ONNX graph needs torch ({exc.name} is missing): "
+                                 "pip install 'demitasse[train]'") from None  # fmt: skip
+        depth = encoder.num_layers if layer is None else layer
+        backends = ["onnx", *(["onnx-int8"] if self.backend == "onnx-int8" else [])]
+        write_graph_folder(encoder, depth, backends, str(self.ref["source"]), target)
+
+
+def torch_stack_available() -> bool:
+    """Whether torch, transformers and sentence-transformers can be imported (not imported
+    here: that takes seconds)."""
+    for name in TORCH_STACK:
+        try:
+            if importlib.util.find_spec(name) is None:
+                return False
+        except (ImportError, ValueError):  # ValueError: sys.modules[name] is None
+            return False
+    return True
+
+
+def load_backend(asked: str | None, saved: str, graph: Path | None) -> str:
+    """The backend a loaded model runs on: ``asked``, else the saved one, except that a
+    saved ``torch`` becomes ``onnx`` where the torch stack is missing and the directory
+    carries the float32 graph (see the module's doc)."""
+    if asked is not None:
+        return asked
+    if saved == "torch" and graph is not None and not torch_stack_available():
+        logger.info("torch is not installed: %s runs the model's ONNX graph", graph)
+        return "onnx"
+    return saved
 
 
 def initial_backend(encoder: Any, backend: str | None) -> str:

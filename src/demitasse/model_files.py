@@ -5,7 +5,10 @@ A model directory holds ``config.json`` (format :data:`FORMAT_VERSION`: the enco
 content fingerprint, the layer cut, the settings, the rescoring settings, null when the model
 does not rescore, and how and on what the model was fitted) and one saved part per folder
 (:mod:`demitasse.persistence`): ``compressor/``, ``quantizer/`` and ``rescore/`` (the int8
-ranges of the rescoring store). It is written atomically, with the marker of a finished output
+ranges of the rescoring store), and with ``save(onnx=True)`` ``encoder/``: the transformer
+encoder cut at the model's layer as an ONNX graph with its tokenizer (``"graph": "encoder"``
+in config.json; :mod:`demitasse.encoders.onnx_graph`), which runs without torch. It is
+written atomically, with the marker of a finished output
 (:mod:`demitasse.io`): only a folder holding that marker counts as a model to save over. A
 directory written in another format is refused in one line naming both formats.
 
@@ -19,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +42,8 @@ FORMAT_VERSION = 3
 COMPRESSOR_DIR = "compressor"
 QUANTIZER_DIR = "quantizer"
 RESCORE_DIR = "rescore"
+#: The folder of the encoder's ONNX graph (:mod:`demitasse.encoders.onnx_graph`).
+GRAPH_DIR = "encoder"
 #: The kind of output the marker of a model directory names.
 OUTPUT_KIND = "model"
 
@@ -90,6 +95,8 @@ class SavedModel:
     rescore_factor: float | None = None
     rescore_precision: str | None = None
     rescore_quantizer: Quantizer | None = None
+    #: The folder of the encoder's ONNX graph, when the directory carries one.
+    graph: Path | None = None
 
 
 # ---- write -----------------------------------------------------------------------------------
@@ -126,6 +133,7 @@ def model_config(
         "precisions": model.precisions,
         "fit": model.fit_info,
         "rescore": rescore,
+        "graph": None,
     }
 
 
@@ -138,12 +146,21 @@ def model_parts(model: RecordedModel) -> Parts:
     }
 
 
-def write_model_dir(path: str | Path, config: dict[str, Any], parts: Parts) -> Path:
-    """Write the model directory atomically: config.json and each part in its folder."""
+def write_model_dir(
+    path: str | Path,
+    config: dict[str, Any],
+    parts: Parts,
+    graph: Callable[[Path], None] | None = None,
+) -> Path:
+    """Write the model directory atomically: config.json, each part in its folder, and the
+    encoder's graph folder when ``graph`` is given (it writes the folder it is handed)."""
     path = Path(path)
+    config = {**config, "graph": None if graph is None else GRAPH_DIR}
     text = json.dumps(config, indent=2, ensure_ascii=False, allow_nan=False)
     with atomic_directory(path, kind=OUTPUT_KIND) as tmp:
         _save_parts(tmp, parts)
+        if graph is not None:
+            graph(tmp / GRAPH_DIR)
         (tmp / CONFIG_FILE).write_text(text + "\n", encoding="utf-8")
     return path
 
@@ -264,6 +281,12 @@ def _read_model(path: Path, config: dict[str, Any]) -> SavedModel:
     elif precision != "float32":
         raise CompressorError(f"{path}: precision {precision} needs quantizer/, missing")
     _read_rescoring(saved, config)
+    graph = config.get("graph")  # absent: written before graphs were (read as none)
+    if graph is not None:
+        if graph != GRAPH_DIR or not (path / GRAPH_DIR).is_dir():
+            raise CompressorError(f"{path}: config.json names the graph folder {graph!r}, "
+                                  f"expected {GRAPH_DIR}/ (missing or renamed)")  # fmt: skip
+        saved.graph = path / GRAPH_DIR
     return saved
 
 

@@ -16,20 +16,28 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from demitasse.encoders.base import check_backend
 from demitasse.encoders.cache import ONNX_CACHE_DIR, fingerprint_directory
+from demitasse.encoders.onnx_graph import (
+    GRAPH_CONFIG,
+    GRAPH_FILES,
+    GRAPH_FORMAT_VERSION,
+    GRAPH_KIND,
+    TOKENIZER_FILE,
+    file_sha256,
+)
 from demitasse.encoders.resolve import cache_root
 from demitasse.errors import DemitasseError
 from demitasse.io import atomic_path
+from demitasse.persistence import demitasse_version
 
 if TYPE_CHECKING:
     from demitasse.encoders.transformer import TransformerEncoder
@@ -58,8 +66,8 @@ def check_installed(backend: str) -> None:
         import onnxruntime  # noqa: F401
     except ImportError as exc:
         raise DemitasseError(
-            f"the {backend} backend needs the 'onnx' extra ({exc.name} is missing): "
-            "pip install 'demitasse[onnx]'"
+            f"exporting the {backend} backend's graph needs onnx and onnxruntime ({exc.name} "
+            "is missing): pip install 'demitasse[train]'"
         ) from None
 
 
@@ -174,14 +182,18 @@ def quantize_graph(source: Path, target: Path) -> None:
         quant_logger.setLevel(level)
 
 
-def graph_path(encoder: TransformerEncoder, backend: str, layers: Sequence[int]) -> Path:
-    """The cached graph of ``backend`` for ``layers``, exported (and quantised) if missing."""
-    check_backend(backend)
+def cached_graphs(encoder: TransformerEncoder, layers: Sequence[int]) -> tuple[Path, Path]:
+    """Where the float32 and the int8 graph of ``layers`` are cached (they may not exist)."""
     inputs = list(encoder.tokenize(["x"]))
     key = graph_key(encoder, inputs, layers)
     folder = graph_directory(encoder)
-    float_path = folder / f"{key}.onnx"
-    int8_path = folder / f"{key}-int8.onnx"
+    return folder / f"{key}.onnx", folder / f"{key}-int8.onnx"
+
+
+def graph_path(encoder: TransformerEncoder, backend: str, layers: Sequence[int]) -> Path:
+    """The cached graph of ``backend`` for ``layers``, exported (and quantised) if missing."""
+    check_backend(backend)
+    float_path, int8_path = cached_graphs(encoder, layers)
     wanted = int8_path if backend == "onnx-int8" else float_path
     if wanted.is_file():
         return wanted
@@ -192,34 +204,78 @@ def graph_path(encoder: TransformerEncoder, backend: str, layers: Sequence[int])
     return wanted
 
 
-@dataclass
-class OnnxSession:
-    """An ONNX Runtime session over one cached graph, with as many intra-op threads as torch
-    uses (re-created when torch's setting changes, e.g. by ``demitasse serve --threads``)."""
+# ---- a graph folder: the encoder inside a model directory ------------------------------------
 
-    path: Path
-    _session: Any = None
-    _threads: int = 0
-    _input_names: list[str] = field(default_factory=list)
 
-    def run(self, features: dict[str, torch.Tensor]) -> list[np.ndarray]:
-        session = self._current()
-        feeds = {name: features[name].cpu().numpy() for name in self._input_names}
-        return [np.asarray(out, dtype=np.float32) for out in session.run(None, feeds)]
+def write_graph_folder(
+    encoder: TransformerEncoder, layer: int, backends: Sequence[str], source: str, target: Path
+) -> None:
+    """Write ``encoder`` cut after ``layer`` as a graph folder (see
+    :mod:`demitasse.encoders.onnx_graph`) into the new folder ``target``: the float32 graph,
+    the int8 one too when ``backends`` has ``onnx-int8`` (both copied from the graph cache
+    when there), the configured tokenizer and the record naming ``source``."""
+    check_installed("onnx")
+    target.mkdir(parents=True)
+    float_cached, int8_cached = cached_graphs(encoder, [layer])
+    graphs = {"onnx": target / GRAPH_FILES["onnx"]}
+    if float_cached.is_file():
+        shutil.copyfile(float_cached, graphs["onnx"])
+    else:
+        export_graph(encoder, [layer], graphs["onnx"])
+    if "onnx-int8" in backends:
+        graphs["onnx-int8"] = target / GRAPH_FILES["onnx-int8"]
+        if float_cached.is_file() and int8_cached.is_file():
+            shutil.copyfile(int8_cached, graphs["onnx-int8"])
+        else:
+            quantize_graph(graphs["onnx"], graphs["onnx-int8"])
+    hf_tokenizer = encoder.tokenizer
+    configured_tokenizer(encoder).save(str(target / TOKENIZER_FILE))
+    config = {
+        "kind": GRAPH_KIND,
+        "format_version": GRAPH_FORMAT_VERSION,
+        "demitasse_version": demitasse_version(),
+        "name": encoder.name,
+        "source": source,
+        "fingerprint": fingerprint_directory(Path(encoder.path)),
+        "dim": encoder.dim,
+        "num_layers": encoder.num_layers,
+        "layer": layer,
+        "pooling": encoder.pooling,
+        "exit_head": layer in encoder.heads,
+        "normalize": encoder.normalize,
+        "max_seq_length": encoder.max_seq_length,
+        "do_lower_case": encoder.do_lower_case,
+        "split_special_tokens": bool(getattr(hf_tokenizer, "split_special_tokens", False)),
+        "inputs": list(encoder.tokenize(["x"])),
+        "output": f"layer{layer}",
+        "tokenizer": {"file": TOKENIZER_FILE, "sha256": file_sha256(target / TOKENIZER_FILE)},
+        "graphs": {
+            backend: {"file": path.name, "sha256": file_sha256(path)}
+            for backend, path in graphs.items()
+        },
+        "exported_with": {"torch": torch.__version__, "opset": OPSET, "export": EXPORT_VERSION},
+    }
+    text = json.dumps(config, indent=2, ensure_ascii=False)
+    (target / GRAPH_CONFIG).write_text(text + "\n", encoding="utf-8")
 
-    def _current(self) -> Any:
-        threads = torch.get_num_threads()
-        if self._session is None or threads != self._threads:
-            import onnxruntime as ort
 
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            options.log_severity_level = 3  # warnings about unused initialisers are noise
-            self._session = ort.InferenceSession(
-                str(self.path), options, providers=["CPUExecutionProvider"]
-            )
-            self._input_names = [i.name for i in self._session.get_inputs()]
-            self._threads = threads
-        return self._session
+def configured_tokenizer(encoder: TransformerEncoder) -> Any:
+    """A copy of the encoder's fast tokenizer (``tokenizers.Tokenizer``) set to truncate and
+    pad as :meth:`~demitasse.encoders.transformer.TransformerEncoder.features` asks
+    transformers to: ``longest_first`` to ``max_seq_length``, padded to the longest text."""
+    from tokenizers import Tokenizer
+
+    hf = encoder.tokenizer
+    backend = getattr(hf, "backend_tokenizer", None)
+    if backend is None:
+        raise DemitasseError(f"{encoder.name} has no fast tokenizer (tokenizer.json) to carry")
+    tokenizer = Tokenizer.from_str(backend.to_str())
+    tokenizer.enable_truncation(
+        max_length=encoder.max_seq_length, stride=0, strategy="longest_first",
+        direction=hf.truncation_side,
+    )  # fmt: skip
+    tokenizer.enable_padding(
+        direction=hf.padding_side, pad_id=hf.pad_token_id, pad_type_id=hf.pad_token_type_id,
+        pad_token=hf.pad_token, length=None, pad_to_multiple_of=None,
+    )  # fmt: skip
+    return tokenizer

@@ -15,9 +15,10 @@ from tqdm.auto import tqdm
 from transformers import BatchEncoding
 
 from demitasse.data import check_texts
-from demitasse.encoders.backends import OnnxSession, check_backend, check_installed, graph_path
+from demitasse.encoders.backends import check_backend, check_installed, graph_path
 from demitasse.encoders.cache import EmbeddingCache, fingerprint_directory
 from demitasse.encoders.exit_heads import load_exit_heads
+from demitasse.encoders.onnx_graph import OnnxSession
 from demitasse.encoders.packing import PackedBatch, pack_rows, packed_batch, unpack
 from demitasse.encoders.resolve import DEFAULT_MODEL, cache_root, resolve_model
 from demitasse.errors import DemitasseError
@@ -98,8 +99,7 @@ class TransformerEncoder:
         show_progress: bool | None = None,
         backend: str = "torch",
     ) -> None:
-        from sentence_transformers import SentenceTransformer
-
+        SentenceTransformer = _sentence_transformer_class()  # noqa: N806
         device = _device_of(backend, device)
         from transformers.utils import logging as hf_logging
 
@@ -321,7 +321,9 @@ class TransformerEncoder:
         if key not in self._sessions:
             self._sessions[key] = OnnxSession(graph_path(self, self.backend, layers))
         session = self._sessions[key]
-        return lambda batch, _layers: session.run(self.tokenize(batch))
+        return lambda batch, _layers: session.run(
+            {name: value.cpu().numpy() for name, value in self.tokenize(batch).items()}
+        )
 
     def _finish(self, vectors: torch.Tensor, layer: int) -> np.ndarray:
         """Pooled vectors of ``layer`` through its head, normalised when the model is."""
@@ -401,6 +403,16 @@ def _checked_modules(model: Any, path: Path) -> list[Any]:
             "directory it was exported from"
         )
     return modules
+
+
+def _sentence_transformer_class() -> Any:
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError as exc:
+        raise DemitasseError(f"the transformer encoder needs sentence-transformers "
+                             f"({exc.name} is missing): pip install 'demitasse[train]'"
+                             ) from None  # fmt: skip
+    return SentenceTransformer
 
 
 def _device_of(backend: str, device: str | None) -> str | None:

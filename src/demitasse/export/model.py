@@ -8,9 +8,11 @@ from demitasse.errors import DemitasseError
 from demitasse.export import model2vec, sentence_transformers
 from demitasse.export.model2vec import export_model2vec
 from demitasse.export.sentence_transformers import export_sentence_transformer
-from demitasse.model import CompressedModel
+from demitasse.model import CompressedModel, check_model_target
 
-FORMATS = ("sentence-transformers", "model2vec")
+#: ``onnx``: the model directory again, its transformer encoder inside as an ONNX graph
+#: (:meth:`~demitasse.model.CompressedModel.save` with ``onnx=True``).
+FORMATS = ("sentence-transformers", "model2vec", "onnx")
 
 
 def _not_static() -> DemitasseError:
@@ -33,6 +35,8 @@ def export_model(
     which cannot compute them (see :mod:`demitasse.export.sentence_transformers`)."""
     if format not in FORMATS:
         raise DemitasseError(f"unknown export format {format!r}; known: {', '.join(FORMATS)}")
+    if format == "onnx":
+        return _export_graph(model, out, dim)
     # Refuse an output that is not ours before the encoder loads.
     (model2vec if format == "model2vec" else sentence_transformers).check_export_target(out)
     if not model.has_encoder:
@@ -63,6 +67,18 @@ def export_model(
         quantizer=model.quantizer,
         normalize=model.normalize,
     )
+
+
+def _export_graph(model: CompressedModel, out: str | Path, dim: int | None) -> Path:
+    check_model_target(out)
+    if dim is not None:
+        raise DemitasseError("--dim applies to sentence-transformers and model2vec exports; "
+                             "the model directory keeps all its widths")  # fmt: skip
+    kind = model.encoder_kind
+    if kind != "transformer":
+        raise DemitasseError("the onnx format carries a transformer encoder; this model's "
+                             f"encoder is {kind or 'none (vectors only)'}")  # fmt: skip
+    return model.save(out, onnx=True)
 
 
 def _export_model2vec(model: CompressedModel, out: str | Path, dim: int | None) -> Path:
