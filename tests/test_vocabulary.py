@@ -101,6 +101,9 @@ def test_the_commands_share_one_vocabulary_of_flags() -> None:
     for command, parser in _subparsers(build_parser()).items():
         for action in parser._actions:
             long_names = [o for o in action.option_strings if o.startswith("--")]
+            # --x / --no-x (argparse.BooleanOptionalAction) is one flag with its negation.
+            if isinstance(action, argparse.BooleanOptionalAction):
+                long_names = [o for o in long_names if not o.startswith("--no-")]
             assert len(long_names) <= 1, f"{command}: one name a flag, not {long_names}"
             for name in long_names:
                 flags.setdefault(name, set()).add(command)

@@ -5,6 +5,7 @@ memory-mapped)."""
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from numbers import Integral
@@ -12,7 +13,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import DTypeLike
-from scipy.sparse import issparse
 
 from demitasse.errors import CompressorError, DataError, one_line
 
@@ -33,6 +33,13 @@ def single_blas_thread() -> Iterator[None]:
         yield
 
 
+def _is_sparse(X: Any) -> bool:
+    """Whether ``X`` is a scipy sparse matrix or array, without importing scipy: while
+    ``scipy.sparse`` is not loaded, nothing can be one."""
+    sparse = sys.modules.get("scipy.sparse")
+    return sparse is not None and bool(sparse.issparse(X))
+
+
 class _NotNumbersError(DataError, TypeError):
     """An object array holding something that is not a number (a TypeError too, as numpy's)."""
 
@@ -44,7 +51,7 @@ def is_int(value: Any) -> bool:
 
 def as_matrix(X: Any, name: str = "X") -> np.ndarray:
     """Return ``X`` as a 2-D numeric ndarray without copying ndarrays (memmaps stay memmaps)."""
-    if issparse(X):
+    if _is_sparse(X):
         raise DataError(f"{name} is a sparse matrix; embeddings must be a dense array")
     if not isinstance(X, np.ndarray):
         try:

@@ -49,3 +49,57 @@ def one_line(exc: BaseException | str) -> str:
     """First line of an exception's message, so user-facing errors stay one line."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+#: The optional libraries, by the name they are imported as: the package pip installs and the
+#: extra of demitasse that brings it (``pip install 'demitasse[<extra>]'``).
+OPTIONAL_LIBRARIES: dict[str, tuple[str, str]] = {
+    "torch": ("torch", "train"),
+    "transformers": ("transformers", "train"),
+    "sentence_transformers": ("sentence-transformers", "train"),
+    "onnx": ("onnx", "train"),
+    "onnxscript": ("onnxscript", "train"),
+    "sklearn": ("scikit-learn", "eval"),
+    "scipy": ("scipy", "eval"),
+    "threadpoolctl": ("threadpoolctl", "eval"),
+    "matplotlib": ("matplotlib", "eval"),
+    "faiss": ("faiss-cpu", "eval"),
+    "fastapi": ("fastapi", "serve"),
+    "uvicorn": ("uvicorn", "serve"),
+    "openai": ("openai", "serve"),
+    "lancedb": ("lancedb", "vectordb"),
+    "ray": ("ray[data]", "ray"),
+    "numba": ("numba", "fast"),
+    "model2vec": ("model2vec", "static"),
+    "wordllama": ("wordllama", "static"),
+    "skeletoken": ("skeletoken", "static"),
+}
+
+
+class MissingExtraError(DemitasseError, ImportError):
+    """An optional library that a feature needs is not installed (an ImportError too)."""
+
+
+def missing_extra(
+    exc: ImportError | str, feature: str, extra: str | None = None
+) -> MissingExtraError:
+    """The one-line error for ``feature`` needing the library ``exc`` failed to import (or the
+    module named ``exc``): which package, and the extra that installs it; ``extra`` names the
+    extra where the library is in several (scikit-learn: ``train`` and ``eval``)."""
+    name = exc if isinstance(exc, str) else (exc.name or "")
+    root = name.partition(".")[0]
+    package, default = OPTIONAL_LIBRARIES.get(root, (root or "a library", None))
+    chosen = extra or default
+    install = f"pip install 'demitasse[{chosen}]'" if chosen else f"pip install {package}"
+    return MissingExtraError(f"{feature} needs {package}, which is not installed: {install}")
+
+
+def require_library(module: str, feature: str, extra: str | None = None) -> None:
+    """Import ``module`` (a no-op once it is loaded), or raise :func:`missing_extra`'s error."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        known = (exc.name or "").partition(".")[0] in OPTIONAL_LIBRARIES
+        raise missing_extra(exc if known else module, feature, extra) from None

@@ -3,7 +3,7 @@
 One pass over the codes, row by row: a document's score is the sum of its code bytes' table
 entries, then ``(sum + offset) · scale[level] + bias[level]`` with ``level`` its last byte
 (the norm byte; without one, scale 1 and bias 0), kept in a k-entry heap as it goes, the way
-faiss's flat PQ scan works. Without numba, :class:`~demitasse.search.AsymmetricScan` takes
+faiss's flat PQ scan works. Without numba, :class:`~demitasse.scan.AsymmetricScan` takes
 its numpy path: the same scores, about 2.5 times slower at a million documents (rq16:
 18 ms against 7 ms a query).
 """

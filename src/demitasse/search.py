@@ -1,10 +1,12 @@
 """Nearest-neighbour search the way vector databases do it, shared by everything that searches.
 
-Exact search with faiss, and :class:`QuantizedIndex`: a first stage over quantised codes held
-in memory, optionally rescoring the top ``k·F`` candidates against better document vectors
-kept aside. The model builds its search index here (:meth:`CompressedModel.search_index`), and
-the evaluation's retrieval task, the label-free estimate and the tuner search through the same
-code, so a configuration scores exactly as it answers.
+Exact search (faiss's flat indexes where faiss is installed, the same search in numpy where it
+is not: :class:`~demitasse.scan.FlatIndex`), and :class:`QuantizedIndex`: a first stage over
+quantised codes held in memory, optionally rescoring the top ``k·F`` candidates against better
+document vectors kept aside. The model builds its search index here
+(:meth:`CompressedModel.search_index`), and the evaluation's retrieval task, the label-free
+estimate and the tuner search through the same code, so a configuration scores exactly as it
+answers. Per-query latency is measured by :mod:`demitasse.latency`.
 
 Search spaces, matching how each precision is stored and compared elsewhere:
 
@@ -16,22 +18,22 @@ Search spaces, matching how each precision is stored and compared elsewhere:
   as in ``BinaryQuantizer.similarity``.
 - ``"asymmetric"``: codes whose quantiser scores a float query against them
   (``quantizer.asymmetric``: int8 codes as their bucket centres, product and residual codes
-  through lookup tables); the query is never coded. Used by :class:`QuantizedIndex` only; it
-  scores in ``metric_space``.
+  through lookup tables, :class:`~demitasse.scan.AsymmetricScan`); the query is never coded.
+  Used by :class:`QuantizedIndex` only; it scores in ``metric_space``.
 
-Ties: hits come best first, and equal scores are ordered by corpus row, earlier first. faiss
-also keeps the earlier rows when a tie straddles the k-th place, so the top k is the first k
-of a stable sort by score (checked against numpy in the tests). Hamming distances are exact
-integers, so this holds for every tie of binary codes; cosine scores are rounded float32, so
-two documents whose exact cosines tie (say, int8 codes pointing the same way) may differ in
-the last bit and then rank by that.
+Ties: hits come best first, and equal scores are ordered by corpus row, earlier first. When a
+tie straddles the k-th place, the numpy index and faiss's L2 and binary indexes keep the earlier
+rows, so the top k is the first k of a stable sort by score (checked in the tests); faiss's
+``IndexFlatIP`` (1.15) keeps the later ones, so there documents of exactly equal cosine
+(duplicates) at the cut differ from the numpy index's. Hamming distances are exact integers, so
+the rule holds for every tie of binary codes; cosine scores are rounded float32, so two
+documents whose exact cosines tie (say, int8 codes pointing the same way) may differ in the
+last bit and then rank by that (and faiss's BLAS and numpy's may round them differently).
 """
 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -40,24 +42,38 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from demitasse.compress import CodebookQuantizer, Int8Quantizer, Quantizer
-from demitasse.errors import DataError, DemitasseError
-from demitasse.scan_kernel import compiled_top_k
+from demitasse.errors import DataError
+from demitasse.scan import POPCOUNT, AsymmetricScan, FlatIndex, best_first
 
 if TYPE_CHECKING:
     import faiss
+
+__all__ = [
+    "METRIC_SPACES",
+    "RESCORE_PRECISIONS",
+    "RESCORE_SOURCES",
+    "SEARCH_METRICS",
+    "AsymmetricScan",
+    "QuantizedIndex",
+    "Rescoring",
+    "build_index",
+    "check_k",
+    "check_rescore_multiplier",
+    "exact_search",
+    "faiss_or_none",
+    "search_metric_of",
+]
 
 SEARCH_METRICS: tuple[str, ...] = ("cosine", "l2", "hamming")
 METRIC_SPACES: tuple[str, ...] = ("cosine", "l2")
 
 
-def require_faiss() -> ModuleType:
-    # faiss is the optional "retrieval" extra; everything else here works without it.
+def faiss_or_none() -> ModuleType | None:
+    """faiss where it is installed (the ``eval`` extra), else None: search runs in numpy."""
     try:
         import faiss
     except ImportError:
-        raise DemitasseError(
-            "retrieval search needs faiss: pip install 'demitasse[retrieval]' (faiss-cpu)"
-        ) from None
+        return None
     return faiss
 
 
@@ -99,16 +115,23 @@ def _check_pair(queries: np.ndarray, corpus: np.ndarray) -> None:
         )
 
 
-def build_index(corpus: np.ndarray, metric: str = "cosine") -> faiss.Index | faiss.IndexBinary:
-    """An exact (flat) faiss index over ``corpus`` rows, for ``metric`` (see module docs)."""
+def build_index(
+    corpus: np.ndarray, metric: str = "cosine"
+) -> faiss.Index | faiss.IndexBinary | FlatIndex:
+    """An exact (flat) index over ``corpus`` rows, for ``metric`` (see module docs): faiss's
+    where faiss is installed, else :class:`~demitasse.scan.FlatIndex`, which answers alike."""
     _check_metric(metric)
-    faiss = require_faiss()
+    faiss = faiss_or_none()
     if metric == "hamming":
         bits = _as_packed_bits(corpus, "corpus")
+        if faiss is None:
+            return FlatIndex(bits, "hamming")
         index = faiss.IndexBinaryFlat(8 * bits.shape[1])
         index.add(bits)
         return index
     vectors = _as_float_vectors(corpus, metric, "corpus")
+    if faiss is None:
+        return FlatIndex(vectors, "ip" if metric == "cosine" else "l2")
     index = (
         faiss.IndexFlatIP(vectors.shape[1])
         if metric == "cosine"
@@ -157,17 +180,14 @@ def exact_search(
         else:
             scores[start:stop] = distances
         rows[start:stop] = found
-    # faiss's heaps already order ties by row; sorting again makes that a guarantee.
-    order = np.lexsort((rows, -scores), axis=1)
-    return np.take_along_axis(scores, order, axis=1), np.take_along_axis(rows, order, axis=1)
+    # Equal scores by row: faiss's IndexFlatIP lists them latest first.
+    return best_first(scores, rows, k)
 
 
 # ---- quantised search with rescoring ----------------------------------------------------------
 
 #: Precisions the rescoring store may keep document vectors in.
 RESCORE_PRECISIONS: tuple[str, ...] = ("float32", "int8")
-# Number of set bits in each byte value: Hamming distance on packed codes is a table lookup.
-_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
 #: Floats gathered per rescoring batch (candidates × width × queries): bounds the memory.
 _RESCORE_BATCH_FLOATS = 1 << 23
 
@@ -196,12 +216,6 @@ def _check_floats(array: Any, what: str) -> np.ndarray:
     if array.dtype.kind != "f":
         raise DataError(f"{what} must be float vectors, not {array.dtype}")
     return array
-
-
-def _best_first(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The top ``k`` of each row of ``scores``, best first, equal scores by corpus row."""
-    order = np.lexsort((rows, -scores), axis=1)[:, :k]
-    return np.take_along_axis(scores, order, axis=1), np.take_along_axis(rows, order, axis=1)
 
 
 #: Which document vectors a rescoring store keeps: the ones the codes were made from, or the
@@ -401,8 +415,8 @@ class QuantizedIndex:
             scores = (self.n_bits - distances).astype(np.float32)
         else:
             scores = -distances if self.metric_space == "l2" else distances
-        # faiss's heaps already order ties by row; sorting again makes that a guarantee.
-        return _best_first(scores, rows.astype(np.int64), depth)
+        # Equal scores by row: faiss's IndexFlatIP lists them latest first.
+        return best_first(scores, rows.astype(np.int64), depth)
 
     def first_stage_scores(self, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """First-stage scores of the given documents, ``rows`` [m, r] → float32 [m, r]."""
@@ -410,7 +424,7 @@ class QuantizedIndex:
             return self._scan.scores_of(_check_floats(queries, "queries"), rows)
         codes = self._query_codes(queries)
         if self.search_metric == "hamming":
-            differ = _POPCOUNT[np.bitwise_xor(codes[:, None, :], self.codes[rows])].sum(axis=2)
+            differ = POPCOUNT[np.bitwise_xor(codes[:, None, :], self.codes[rows])].sum(axis=2)
             return (self.n_bits - differ).astype(np.float32)
         kept = self.codes[rows.ravel()]
         if isinstance(self.quantizer, Int8Quantizer):
@@ -487,7 +501,7 @@ class QuantizedIndex:
         scores = self.rescore_scores(
             queries if rescore_queries is None else rescore_queries, candidates
         )
-        return _best_first(scores, candidates, min(k, depth))
+        return best_first(scores, candidates, min(k, depth))
 
 
 def search_metric_of(quantizer: Quantizer, metric_space: str = "cosine") -> str:
@@ -496,152 +510,3 @@ def search_metric_of(quantizer: Quantizer, metric_space: str = "cosine") -> str:
     if quantizer.asymmetric:
         return "asymmetric"
     return "hamming" if quantizer.code_dtype == np.uint8 else metric_space
-
-
-class AsymmetricScan:
-    """Brute-force search of codebook codes with the float query, as faiss's flat PQ index
-    does: per query one table of ``⟨query, codeword⟩``, then table lookups per code byte, and
-    the quantiser's finish (the norm byte turns the sums into cosines).
-
-    With numba (the ``fast`` extra) one compiled pass keeps a k-entry heap
-    (:mod:`demitasse.scan_kernel`). Without it numpy scans: the codes kept column by column,
-    pairs of code bytes looked up together in a 65,536-entry table (the sum of their two
-    tables), which halves the lookups. Scores equal ``quantizer.score`` up to float32
-    summation order.
-    """
-
-    def __init__(self, quantizer: CodebookQuantizer, codes: np.ndarray, metric_space: str) -> None:
-        self.quantizer = quantizer
-        self.metric = "cosine" if metric_space == "cosine" else "l2"
-        self.codes = np.ascontiguousarray(codes)
-        self._pairs: np.ndarray | None = None
-        self._last: np.ndarray | None = None
-        if compiled_top_k is None:
-            words = np.ascontiguousarray(codes[:, : quantizer.n_codebooks])
-            paired = words.shape[1] // 2 * 2
-            self._pairs = np.ascontiguousarray(
-                np.ascontiguousarray(words[:, :paired]).view("<u2").T
-            )
-            self._last = np.ascontiguousarray(words[:, paired]) if words.shape[1] % 2 else None
-
-    def _table_scan(self, query: np.ndarray) -> np.ndarray:
-        assert self._pairs is not None
-        scored, tables = self.quantizer.query_tables(query[None, :], self.metric)
-        table = tables[0]
-        total = np.zeros(self.codes.shape[0], np.float32)
-        for pair, columns in enumerate(self._pairs):
-            joint = (table[2 * pair + 1][:, None] + table[2 * pair][None, :]).ravel()
-            total += np.take(joint, columns)
-        if self._last is not None:
-            total += np.take(table[-1], self._last)
-        return self.quantizer.finish_scores(scored, total[None, :], self.codes, self.metric)[0]
-
-    def _compiled_search(self, queries: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
-        quantizer = self.quantizer
-        all_scores = np.empty((len(queries), depth), np.float32)
-        all_rows = np.empty((len(queries), depth), np.int64)
-        for i, query in enumerate(queries):
-            scored, tables = quantizer.query_tables(query[None, :], self.metric)
-            offset, scale, bias = quantizer.finish_terms(scored[0], self.metric)
-            scores, rows = compiled_top_k(
-                tables[0], self.codes, quantizer.n_codebooks, np.float32(offset), scale, bias,
-                quantizer.norm == "byte", depth,
-            )  # fmt: skip
-            best, kept = _best_first(scores[None, :], rows[None, :], depth)
-            all_scores[i], all_rows[i] = best[0], kept[0]
-        return all_scores, all_rows
-
-    def search(self, queries: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
-        """The top ``depth`` rows per query, best first, equal scores by row."""
-        if self._pairs is None:
-            return self._compiled_search(queries, depth)
-        n = self.codes.shape[0]
-        all_scores = np.empty((len(queries), depth), np.float32)
-        all_rows = np.empty((len(queries), depth), np.int64)
-        for i, query in enumerate(queries):
-            scores = self._table_scan(query)
-            if depth < n:
-                # Every row at least as good as the depth-th best: ties at the cut stay.
-                cut = np.partition(scores, n - depth)[n - depth]
-                rows = np.flatnonzero(scores >= cut)
-            else:
-                rows = np.arange(n)
-            best, kept = _best_first(scores[rows][None, :], rows[None, :], depth)
-            all_scores[i], all_rows[i] = best[0], kept[0]
-        return all_scores, all_rows
-
-    def scores_of(self, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Scores of the given documents, ``rows`` [q, r] → float32 [q, r]."""
-        out = np.empty(rows.shape, np.float32)
-        for i, query in enumerate(queries):
-            out[i] = self.quantizer.score(query[None, :], self.codes[rows[i]], self.metric)[0]
-        return out
-
-
-@dataclass(frozen=True)
-class SearchLatency:
-    """Per-query search time, one query per call: each percentile is the best of ``repeats``
-    passes over the queries (other work on the machine only ever slows a pass)."""
-
-    p50_ms: float
-    p99_ms: float
-    n_queries: int
-    repeats: int
-    faiss_threads: int | None
-
-    def as_extra(self) -> dict[str, Any]:
-        return {
-            "latency_queries": self.n_queries,
-            "latency_repeats": self.repeats,
-            "faiss_threads": self.faiss_threads,
-        }
-
-
-def measure_search_latency(
-    index: QuantizedIndex,
-    queries: np.ndarray,
-    k: int = 10,
-    *,
-    rescore_multiplier: float | None = None,
-    rescore_queries: np.ndarray | None = None,
-    repeats: int = 3,
-    threads: int | None = 1,
-    clock: Callable[[], float] = time.perf_counter,
-) -> SearchLatency:
-    """p50 / p99 milliseconds of ``index.search`` called with one query at a time, the way a
-    service answers requests (query encoding into codes included).
-
-    ``threads`` sets faiss's OpenMP threads while timing (None: as they are); one is the
-    robust choice on a shared machine (see :class:`~demitasse.evaluation.efficiency.
-    EfficiencyTask`).
-    """
-    faiss = require_faiss()
-    repeats = check_k(repeats)
-    previous = faiss.omp_get_max_threads()
-    if threads is not None:
-        faiss.omp_set_num_threads(check_k(threads))
-    try:
-        single = [
-            (queries[i : i + 1], None if rescore_queries is None else rescore_queries[i : i + 1])
-            for i in range(len(queries))
-        ]
-
-        def one_pass(times: np.ndarray | None) -> None:
-            for i, (query, rescore_query) in enumerate(single):
-                start = clock()
-                index.search(
-                    query, k, rescore_multiplier=rescore_multiplier, rescore_queries=rescore_query
-                )
-                if times is not None:
-                    times[i] = clock() - start
-
-        one_pass(None)  # warm-up
-        times = np.empty(len(single))
-        best = np.full(2, math.inf)
-        for _ in range(repeats):
-            one_pass(times)
-            best = np.minimum(best, np.percentile(times, [50, 99]))
-        used = int(faiss.omp_get_max_threads())
-    finally:
-        faiss.omp_set_num_threads(previous)
-    return SearchLatency(1000 * float(best[0]), 1000 * float(best[1]), len(single), repeats, used)

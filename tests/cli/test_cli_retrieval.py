@@ -16,7 +16,7 @@ from demitasse.cli import main
 from tests.helpers import WORDS, build_tiny_model
 
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("faiss") is None, reason="faiss-cpu (the retrieval extra) is absent"
+    importlib.util.find_spec("faiss") is None, reason="faiss-cpu (the eval extra) is absent"
 )
 
 HIDDEN = 32  # the tiny model's width

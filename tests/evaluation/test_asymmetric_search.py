@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from demitasse import search as search_module
+from demitasse import scan as scan_module
 from demitasse.compress import make_quantizer
-from demitasse.search import AsymmetricScan, QuantizedIndex, search_metric_of
+from demitasse.scan import AsymmetricScan
+from demitasse.search import QuantizedIndex, search_metric_of
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +36,8 @@ def test_search_metric_of(quantizer):
 @pytest.mark.parametrize("kernel", ["compiled", "numpy"])
 def test_scan_matches_the_quantizer_scores(quantizer, corpus, kernel, monkeypatch):
     if kernel == "numpy":  # the path taken where numba is not installed
-        monkeypatch.setattr("demitasse.search.compiled_top_k", None)
-    elif search_module.compiled_top_k is None:
+        monkeypatch.setattr("demitasse.scan.compiled_top_k", None)
+    elif scan_module.compiled_top_k is None:
         pytest.skip("numba is not installed")
     codes = quantizer.quantize(corpus)
     scan = AsymmetricScan(quantizer, codes, "cosine")

@@ -14,7 +14,7 @@ from demitasse.evaluation.label_free import NeighbourhoodAgreement, neighbourhoo
 from demitasse.search import QuantizedIndex
 
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("faiss") is None, reason="faiss-cpu (the retrieval extra) is absent"
+    importlib.util.find_spec("faiss") is None, reason="faiss-cpu (the eval extra) is absent"
 )
 
 

@@ -20,13 +20,14 @@ from demitasse.evaluation.grid import evaluate_grid
 from demitasse.evaluation.ranking_metrics import evaluate_run
 from demitasse.evaluation.retrieval import RetrievalTask
 from demitasse.evaluation.tasks import EmbeddedTexts
-from demitasse.search import QuantizedIndex, Rescoring, exact_search, measure_search_latency
+from demitasse.latency import measure_search_latency
+from demitasse.search import QuantizedIndex, Rescoring, exact_search
 from tests.helpers import FakeEncoder, synthetic_beir
 
 Data = tuple[np.ndarray, np.ndarray]
 
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("faiss") is None, reason="faiss-cpu (the retrieval extra) is absent"
+    importlib.util.find_spec("faiss") is None, reason="faiss-cpu (the eval extra) is absent"
 )
 
 

@@ -214,7 +214,7 @@ def test_metrics_match_pytrec_eval_on_random_runs() -> None:
 # ---- exact search ---------------------------------------------------------------------------
 
 needs_faiss = pytest.mark.skipif(
-    importlib.util.find_spec("faiss") is None, reason="faiss-cpu (the retrieval extra) is absent"
+    importlib.util.find_spec("faiss") is None, reason="faiss-cpu (the eval extra) is absent"
 )
 
 

@@ -22,8 +22,7 @@ from tests.helpers import WORDS, build_tiny_model, synthetic_beir
 
 pytestmark = [
     pytest.mark.skipif(
-        importlib.util.find_spec("lancedb") is None or importlib.util.find_spec("faiss") is None,
-        reason="lancedb (the vectordb extra) or faiss-cpu (the retrieval extra) is absent",
+        importlib.util.find_spec("lancedb") is None, reason="lancedb (the vectordb extra) is absent"
     ),
     # The store encodes documents in batches of its own, the in-memory search all at once;
     # equal vectors then need one torch thread, since multi-threaded kernels round differently

@@ -55,9 +55,12 @@ def load_model(path: str, command: str, threads: int | None = None) -> Compresse
     from demitasse.model import CompressedModel
 
     if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
+        try:
+            import torch
+        except ImportError:  # the core install: no encoder of the model runs in torch
+            pass
+        else:
+            torch.set_num_threads(threads)
     model = CompressedModel.load(path, cache=False)
     if command == EMBED and not model.has_encoder:
         raise DemitasseError(

@@ -19,7 +19,7 @@ from demitasse.cli.arguments import (
     positive_int,
     precision_help_text,
 )
-from demitasse.errors import DemitasseError
+from demitasse.errors import DemitasseError, require_library
 from demitasse.io import atomic_directory, check_directory_target
 from demitasse.search import RESCORE_PRECISIONS
 
@@ -168,6 +168,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from demitasse.cli.eval_options import search_options
     from demitasse.model import is_model_dir
 
+    _require_plots("demitasse eval")
     search = search_options(args)
     if args.model is not None and is_model_dir(args.model):
         _evaluate_model_dir(args, search)
@@ -195,6 +196,7 @@ def run_report(args: argparse.Namespace) -> int:
     from demitasse.evaluation.records import read_records
     from demitasse.report import render_report
 
+    _require_plots("demitasse report")
     records = [record for path in args.results for record in read_records(path)]
     paths = render_report(records, args.out, title=args.title)
     print(f"report: {paths.html} (one self-contained page) and {paths.markdown}")
@@ -202,6 +204,7 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    _require_plots("demitasse demo")
     print(
         "demitasse demo: all-MiniLM-L6-v2 on STS12-16, STS-B and SICK-R; PCA fitted on STS-B "
         "train sentences; truncation vs PCA at float32 and int8 (cached after the first run)",
@@ -217,6 +220,11 @@ def run_demo(args: argparse.Namespace) -> int:
     )
     _evaluate_sweep(sweep)
     return 0
+
+
+def _require_plots(command: str) -> None:
+    """Fail before any work where the report's plots cannot be drawn."""
+    require_library("matplotlib", f"{command} (its report's plots)", extra="eval")
 
 
 # ---- a sweep over an encoder -----------------------------------------------------------------

@@ -36,7 +36,7 @@ from demitasse.cli.static_command import add_distill_static_parser, run_distill_
 from demitasse.cli.store_commands import add_store_commands, run_index, run_search
 from demitasse.cli.train_command import add_train_parser, run_train
 from demitasse.cli.tune_command import add_tune_parser, run_tune
-from demitasse.errors import DemitasseError, single_line
+from demitasse.errors import OPTIONAL_LIBRARIES, DemitasseError, missing_extra, single_line
 from demitasse.io import handle_termination
 
 
@@ -160,6 +160,14 @@ def _dispatch(args: argparse.Namespace) -> int:
     except OSError as exc:
         message = f"{exc.strerror or exc}: {exc.filename or ''}"
         print(f"demitasse: error: {single_line(message)}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        # An optional library this command needs is not installed: name the extra.
+        if (exc.name or "").partition(".")[0] not in OPTIONAL_LIBRARIES:
+            raise
+        print(
+            f"demitasse: error: {missing_extra(exc, f'demitasse {args.command}')}", file=sys.stderr
+        )
         return 2
 
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 from numbers import Real
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sklearn.utils._param_validation import Interval
-
+from demitasse.compress._estimator import Interval
 from demitasse.compress.base import register_compressor
 from demitasse.compress.learned import LearnedCompressor, halving_dims
 from demitasse.compress.params import Integers

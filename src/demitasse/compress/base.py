@@ -20,9 +20,6 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 from numpy.typing import DTypeLike
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
-from sklearn.utils import Tags
-from sklearn.utils._param_validation import InvalidParameterError
 
 from demitasse.arrays import (
     DEFAULT_CHUNK_ROWS,
@@ -35,8 +32,15 @@ from demitasse.arrays import (
     iter_row_chunks,
     non_finite_array,
 )
+from demitasse.compress._estimator import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    InvalidParameterError,
+    Tags,
+    TransformerMixin,
+)
 from demitasse.compress.params import Integers, ParamsMixin
-from demitasse.errors import CompressorError, one_line
+from demitasse.errors import CompressorError, one_line, require_library
 from demitasse.persistence import (
     check_state_shapes,
     check_version,
@@ -123,6 +127,11 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
     output_reveals_non_finite_input: ClassVar[bool] = False
     #: Names of JSON-scalar learned attributes saved in config.json under "learned".
     scalar_state: ClassVar[tuple[str, ...]] = ()
+    #: Libraries beyond the core install (import names) that ``fit`` needs, and those that
+    #: loading and ``transform`` need too; without one, fit or load fails in one line naming
+    #: the extra that installs it (``demitasse[train]``).
+    fit_libraries: ClassVar[tuple[str, ...]] = ()
+    transform_libraries: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, dim: int | None = None) -> None:
         self.dim = dim
@@ -173,6 +182,7 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
         accepts any, goes by keyword (``supervision`` lists the names).
         """
         self._check_params()
+        self._require_libraries("", self.fit_libraries + self.transform_libraries)
         unknown = sorted(set(supervision) - set(self.supervision))
         if unknown:
             accepted = ", ".join(self.supervision) or "none"
@@ -384,6 +394,7 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
         if cls is not Compressor and not issubclass(target, cls):
             raise CompressorError(f"{path} holds a {method} compressor, not {cls.method}")
         check_version(require(config, "version", "int", path), target.version, method, path)
+        target._require_libraries(f"{path}: ", target.transform_libraries)
         obj = target._construct(require(config, "params", "dict", path))
         obj._restore(config, arrays, path)
         return obj
@@ -418,6 +429,11 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
         self.fit_data_ = fit_data
 
     # ---- helpers -----------------------------------------------------------------------------
+
+    @classmethod
+    def _require_libraries(cls, where: str, libraries: tuple[str, ...]) -> None:
+        for library in libraries:
+            require_library(library, f"{where}the {cls.method} compressor", extra="train")
 
     def _display_name(self) -> str:
         return f"{self.method} compressor"

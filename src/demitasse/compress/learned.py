@@ -27,7 +27,6 @@ from numbers import Real
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from sklearn.utils._param_validation import Interval, StrOptions
 
 from demitasse.arrays import (
     DEFAULT_CHUNK_ROWS,
@@ -36,6 +35,7 @@ from demitasse.arrays import (
     cosine_rows,
     single_blas_thread,
 )
+from demitasse.compress._estimator import Interval, StrOptions
 from demitasse.compress.base import Compressor
 from demitasse.compress.learned_loop import CompressorTraining
 from demitasse.compress.params import Integers
@@ -108,6 +108,8 @@ class LearnedCompressor(Compressor):
     )
     #: Every plan starts with a product of the whole input row, and NaN·0 is NaN.
     output_reveals_non_finite_input: ClassVar[bool] = True
+    #: The network trains and runs in torch (and its transform pins numpy's BLAS threads).
+    transform_libraries: ClassVar[tuple[str, ...]] = ("torch", "threadpoolctl")
     #: Rows per mini-batch for the supervised terms.
     supervised_batch_rows: ClassVar[int] = 128
     #: Hyperparameters of the shared trainer (each subclass takes those it uses). An interval

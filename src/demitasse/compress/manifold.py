@@ -15,8 +15,8 @@ from numbers import Real
 from typing import Any, ClassVar
 
 import numpy as np
-from sklearn.utils._param_validation import Interval
 
+from demitasse.compress._estimator import Interval
 from demitasse.compress.base import Compressor, register_compressor
 from demitasse.compress.params import Integers
 from demitasse.errors import DataError
@@ -28,6 +28,8 @@ class _NeighbourCompressor(Compressor):
     """Shared parts: ``n_neighbors`` nearest fit rows (Euclidean) of each new vector."""
 
     compute_dtype: ClassVar[Any] = np.float64
+    #: scikit-learn fits them; the out-of-sample transform is numpy.
+    fit_libraries: ClassVar[tuple[str, ...]] = ("sklearn",)
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
         **Compressor._parameter_constraints,
         "n_neighbors": [Integers(2)],

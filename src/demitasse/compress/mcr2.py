@@ -28,9 +28,9 @@ from numbers import Real
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from sklearn.utils._param_validation import Interval
 
 from demitasse.arrays import DEFAULT_CHUNK_ROWS, as_matrix, check_finite
+from demitasse.compress._estimator import Interval
 from demitasse.compress.base import register_compressor
 from demitasse.compress.learned import LearnedCompressor
 from demitasse.compress.params import Integers

@@ -8,8 +8,7 @@ import inspect
 from numbers import Integral
 from typing import Any, Self
 
-from sklearn.utils._param_validation import Interval
-
+from demitasse.compress._estimator import Interval
 from demitasse.errors import CompressorError
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import numpy as np
-from sklearn.utils._param_validation import StrOptions
 
+from demitasse.compress._estimator import StrOptions
 from demitasse.compress.base import AffineMap, Compressor, register_compressor
 from demitasse.errors import CompressorError
 

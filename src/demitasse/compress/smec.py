@@ -56,9 +56,9 @@ from numbers import Real
 from typing import TYPE_CHECKING, Any, ClassVar, Self, cast
 
 import numpy as np
-from sklearn.utils._param_validation import Interval, StrOptions
 
 from demitasse.arrays import is_int
+from demitasse.compress._estimator import Interval, StrOptions
 from demitasse.compress.base import register_compressor
 from demitasse.compress.learned import LearnedCompressor, halving_dims
 from demitasse.compress.params import Integers

@@ -25,11 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import KFold, StratifiedKFold
-from sklearn.preprocessing import StandardScaler
-from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
 from demitasse.data.senteval_classification import (
@@ -41,7 +36,7 @@ from demitasse.data.senteval_classification import (
     canonical_classification_name,
     load_classification_set,
 )
-from demitasse.errors import DataError, DemitasseError
+from demitasse.errors import DataError, DemitasseError, require_library
 from demitasse.evaluation.tasks import EmbeddedTexts, Score, Task, with_average
 
 # On standardised features. SentEval's grid 2^-2 … 2^4 is for raw unit-norm embeddings, whose
@@ -83,6 +78,9 @@ class _Probe:
     """Standardisation fitted on the training rows, then L2 logistic regression."""
 
     def __init__(self, settings: ProbeSettings) -> None:
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.preprocessing import StandardScaler
+
         self.scaler = StandardScaler()
         # warm_start: fits along the C grid start from the previous solution.
         self.model = LogisticRegression(
@@ -95,6 +93,8 @@ class _Probe:
 
     def refit(self, x_scaled: np.ndarray, y: np.ndarray, c: float) -> _Probe:
         """Fit with another C on rows already standardised by this probe's scaler."""
+        from sklearn.exceptions import ConvergenceWarning
+
         self.model.set_params(C=c)
         with warnings.catch_warnings():
             # The iteration cap is deliberate (see MAX_ITER).
@@ -147,6 +147,8 @@ def stratified_folds(
     labels: np.ndarray, folds: int, seed: int
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """``(train_rows, test_rows)`` of shuffled folds, stratified when every class can be."""
+    from sklearn.model_selection import KFold, StratifiedKFold
+
     labels = np.asarray(labels)
     if np.unique(labels, return_counts=True)[1].min() >= folds:
         splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
@@ -268,6 +270,8 @@ class ClassificationTask(Task):
         settings: ProbeSettings | None = None,
         show_progress: bool | None = None,
     ) -> None:
+        # Before any data loads or any text is encoded: the probes are scikit-learn's.
+        require_library("sklearn", "the classification task", extra="eval")
         if limit is not None and limit < 2:
             raise DataError(f"limit must be at least 2 examples, got {limit}")
         if sets is None:
@@ -290,6 +294,8 @@ class ClassificationTask(Task):
         else:  # None: tqdm shows the bar on a terminal only
             disable = True if os.environ.get("DEMITASSE_QUIET") else None
         sets = tqdm(self.sets, desc="classification probes", leave=False, disable=disable)
+        from threadpoolctl import threadpool_limits
+
         with threadpool_limits(limits=self.settings.threads):
             scores = [self._score(dataset, embedded) for dataset in sets]
         return with_average(scores, "accuracy")

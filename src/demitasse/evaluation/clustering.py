@@ -19,13 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
-from sklearn.cluster import KMeans
-from sklearn.metrics import normalized_mutual_info_score
-from threadpoolctl import threadpool_limits
 
 from demitasse.data.senteval_classification import LabeledTexts, load_trec
-from demitasse.errors import DataError
+from demitasse.errors import DataError, require_library
 from demitasse.evaluation.tasks import EmbeddedTexts, Score, Task, with_average
 
 #: k-means restarts from different k-means++ seeds; the lowest-inertia run is kept.
@@ -51,6 +47,8 @@ def cluster_accuracy(labels_true: Any, labels_pred: Any) -> float:
     _, pred_ids = np.unique(pred, return_inverse=True)
     contingency = np.zeros((pred_ids.max() + 1, true_ids.max() + 1), dtype=np.int64)
     np.add.at(contingency, (pred_ids, true_ids), 1)
+    from scipy.optimize import linear_sum_assignment
+
     rows, cols = linear_sum_assignment(contingency, maximize=True)
     return float(contingency[rows, cols].sum() / len(true))
 
@@ -80,6 +78,9 @@ def kmeans_cluster(
     if normalize:
         norms = np.linalg.norm(X, axis=1, keepdims=True)
         X = np.divide(X, norms, out=np.zeros_like(X), where=norms > 0)
+    from sklearn.cluster import KMeans
+    from threadpoolctl import threadpool_limits
+
     model = KMeans(n_clusters=int(k), n_init=n_init, random_state=seed, algorithm="lloyd")
     with threadpool_limits(limits=n_threads):
         return model.fit_predict(X).astype(np.int64)
@@ -116,6 +117,8 @@ class ClusteringTask(Task):
         n_init: int = DEFAULT_N_INIT,
         n_threads: int | None = DEFAULT_THREADS,
     ) -> None:
+        # Before any text is encoded: k-means and the metrics are scikit-learn's.
+        require_library("sklearn", "the clustering task", extra="eval")
         self.sets = _as_sets(sets)
         if not self.sets:
             raise DataError("no labeled sets to cluster")
@@ -140,6 +143,8 @@ class ClusteringTask(Task):
         return [t for labeled in self.sets for t in labeled.texts]
 
     def evaluate(self, embedded: EmbeddedTexts) -> list[Score]:
+        from sklearn.metrics import normalized_mutual_info_score
+
         accuracy, nmi, seconds = [], [], []
         for labeled in self.sets:
             X = embedded.features_of(labeled.texts)

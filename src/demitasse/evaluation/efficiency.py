@@ -129,7 +129,7 @@ def _faiss() -> Any:  # faiss has no type stubs
         import faiss
     except ImportError:
         raise DemitasseError(
-            "search efficiency needs faiss: pip install 'demitasse[retrieval]' (faiss-cpu)"
+            "search efficiency needs faiss: pip install 'demitasse[eval]' (faiss-cpu)"
         ) from None
     return faiss
 

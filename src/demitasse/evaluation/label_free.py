@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import rankdata
 
 from demitasse.errors import DataError
 from demitasse.evaluation.tasks import Score
+from demitasse.metrics import average_ranks
 from demitasse.search import QuantizedIndex, exact_search
 
 
@@ -106,15 +106,15 @@ def _candidate_order_values(
     for i in range(rows.shape[0]):
         inside = np.isin(rows[i], shortlisted[i])
         # Ranks within each group, the shortlisted group above every other document.
-        values[i, inside] = rows.shape[1] + rankdata(rescored[i, inside])
-        values[i, ~inside] = rankdata(first[i, ~inside])
+        values[i, inside] = rows.shape[1] + average_ranks(rescored[i, inside])
+        values[i, ~inside] = average_ranks(first[i, ~inside])
     return values
 
 
 def _spearman(reference: np.ndarray, candidate: np.ndarray) -> float:
     """Spearman's rho with tied values sharing their average rank; 0 when either side has no
     order at all (a candidate that ties every document ranks nothing)."""
-    a, b = rankdata(reference), rankdata(candidate)
+    a, b = average_ranks(reference), average_ranks(candidate)
     a, b = a - a.mean(), b - b.mean()
     norm = math.sqrt(float(a @ a) * float(b @ b))
     return float(a @ b) / norm if norm > 0 else 0.0

@@ -21,13 +21,13 @@ from demitasse.evaluation.ranking_metrics import (
 )
 from demitasse.evaluation.records import rescoring_extra
 from demitasse.evaluation.tasks import EmbeddedTexts, Score, Task, with_average
+from demitasse.latency import measure_search_latency
 from demitasse.search import (
     METRIC_SPACES,
     QuantizedIndex,
     Rescoring,
     check_k,
     exact_search,
-    measure_search_latency,
     search_metric_of,
 )
 

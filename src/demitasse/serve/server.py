@@ -78,8 +78,10 @@ def set_threads(model: CompressedModel, threads: int) -> None:
     inter-op pool: there is one encoder call at a time, and the event loop needs a core too."""
     if model.encoder_kind != "transformer":
         return
-    import torch
-
+    try:
+        import torch
+    except ImportError:  # the core install: the transformer runs in ONNX Runtime
+        return
     torch.set_num_threads(threads)
     with contextlib.suppress(RuntimeError):  # already set, or torch ran parallel work
         torch.set_num_interop_threads(1)

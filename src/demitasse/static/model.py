@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.sparse import csr_matrix
 from tokenizers import Tokenizer
 
 from demitasse.data.files import check_texts
@@ -213,16 +212,22 @@ def mean_vectors(
         kept = flat != skip
         lengths = np.bincount(np.repeat(np.arange(len(ids)), lengths)[kept], minlength=len(ids))
         flat = flat[kept]
-    indptr = np.zeros(len(ids) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=indptr[1:])
-    # A sparse (texts × vocabulary) count matrix times the table: one pass over the token
-    # rows, where gathering vectors[flat] first and reducing it moved several times the
-    # memory and was the slowest step of encoding. Repeated ids in a row simply add up.
-    counts = csr_matrix(
-        (np.ones(len(flat), dtype=np.float32), flat, indptr), shape=(len(ids), len(vectors))
-    )
-    sums = np.asarray(counts @ vectors, dtype=np.float32)
-    return sums / np.maximum(lengths, 1)[:, None].astype(np.float32)
+    starts = np.zeros(len(ids), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    # Sums token by token position: the j-th tokens of all texts that have one, in one gather
+    # (texts sorted longest first, so those texts are a prefix). Each row adds its tokens in
+    # order, as scipy's sparse (texts × vocabulary) product did: bit for bit its vectors, with
+    # a gather of [texts, dim] at a time rather than of every token's vector at once.
+    order = np.argsort(-lengths, kind="stable")
+    starts, longest_first = starts[order], lengths[order]
+    sums = np.zeros((len(ids), vectors.shape[1]), dtype=np.result_type(vectors, np.float32))
+    longest = int(longest_first[0]) if len(ids) else 0
+    having = np.searchsorted(-longest_first, -np.arange(1, longest + 1), side="right")
+    for position, rows in enumerate(having.tolist()):
+        sums[:rows] += vectors[flat[starts[:rows] + position]]
+    means = np.empty(sums.shape, dtype=np.float32)
+    means[order] = sums
+    return means / np.maximum(lengths, 1)[:, None].astype(np.float32)
 
 
 def _plain_text_tokenizer(tokenizer: Tokenizer) -> tuple[Tokenizer, bool] | None:

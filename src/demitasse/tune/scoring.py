@@ -26,9 +26,10 @@ from demitasse.compress import Quantizer
 from demitasse.errors import DataError
 from demitasse.evaluation.label_free import neighbourhood_agreement
 from demitasse.evaluation.ranking_metrics import evaluate_run, per_query, search_depth
+from demitasse.latency import SearchLatency, measure_search_latency
 from demitasse.metrics import spearman_x100
 from demitasse.pipeline import RescoreStore, fit_rescore_store, search_prepared
-from demitasse.search import QuantizedIndex, SearchLatency, measure_search_latency
+from demitasse.search import QuantizedIndex
 from demitasse.tune.data import TuneData
 
 TOP_K = 10
