@@ -21,6 +21,7 @@ and RaBitQ.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -147,28 +148,41 @@ def _hamming(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # ---- peers ---------------------------------------------------------------------------------------
 
 
-def faiss_peers(docs: np.ndarray, queries: np.ndarray, budgets: Sequence[int]) -> list[Searched]:
-    """faiss's own codes over the same vectors (inner product of unit vectors = cosine)."""
+def faiss_factory(docs: np.ndarray, queries: np.ndarray, name: str, factory: str) -> Searched:
+    """One faiss index from its factory string over the same vectors (inner product of unit
+    vectors = cosine)."""
+    import faiss
+
+    started = time.perf_counter()
+    index = faiss.index_factory(docs.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
+    index.train(docs)
+    index.add(docs)
+    seconds = time.perf_counter() - started
+    _, rows = index.search(queries, K)
+    return Searched(name, rows, index.sa_code_size(), True, seconds, {})
+
+
+def faiss_budget_peers(
+    docs: np.ndarray, queries: np.ndarray, budget: int
+) -> list[tuple[str, Callable[[], list[Searched]]]]:
+    """faiss PQ and OPQ of ``budget`` bytes, as steps."""
+    if docs.shape[1] % budget or budget >= docs.shape[1]:
+        return []
+    return [
+        (name, lambda name=name, factory=factory: [faiss_factory(docs, queries, name, factory)])
+        for name, factory in (
+            (f"faiss-pq{budget}", f"PQ{budget}"),
+            (f"faiss-opq{budget}", f"OPQ{budget},PQ{budget}"),
+        )
+    ]
+
+
+def faiss_rabitq(docs: np.ndarray, queries: np.ndarray) -> list[Searched]:
+    """faiss RaBitQ with 1, 2 and 4 bits, float and 8-bit queries."""
     import faiss
 
     d = docs.shape[1]
     found = []
-
-    def run(name: str, factory: str, **extra: Any) -> None:
-        started = time.perf_counter()
-        index = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
-        index.train(docs)
-        index.add(docs)
-        seconds = time.perf_counter() - started
-        _, rows = index.search(queries, K)
-        found.append(Searched(name, rows, index.sa_code_size(), True, seconds, extra))
-
-    for budget in budgets:
-        if d % budget == 0 and budget < d:
-            run(f"faiss-pq{budget}", f"PQ{budget}")
-            run(f"faiss-opq{budget}", f"OPQ{budget},PQ{budget}")
-    run("faiss-sq4", "SQ4")
-    run("faiss-sq8", "SQ8")
     for bits in (1, 2, 4):
         started = time.perf_counter()
         index = faiss.IndexRaBitQ(d, faiss.METRIC_INNER_PRODUCT, bits)
@@ -225,6 +239,39 @@ def _st_rescored(name: str, first: np.ndarray, rescored: np.ndarray, size: int) 
 # ---- one model -----------------------------------------------------------------------------------
 
 
+class Checkpoint:
+    """Each finished step's configurations, appended to a JSON Lines file in demitasse's cache
+    (``codes-<model>-<dataset>.jsonl``), so that a run that stops resumes where it stopped.
+    With ``CODES_FINISH_NOW`` set, steps not yet finished are skipped (a partial page)."""
+
+    def __init__(self, model: str, dataset: str) -> None:
+        from demitasse.encoders.resolve import cache_root
+
+        self.path = cache_root() / "benchmarks" / f"codes-{model}-{dataset}.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.done: dict[str, list[Searched]] = {}
+        if self.path.exists():
+            for line in self.path.read_text().splitlines():
+                entry = json.loads(line)
+                self.done[entry["step"]] = [
+                    Searched(**{**item, "rows": np.asarray(item["rows"])})
+                    for item in entry["found"]
+                ]
+        self.skipped: list[str] = []
+
+    def run(self, step: str, compute: Callable[[], list[Searched]]) -> list[Searched]:
+        if step in self.done:
+            return self.done[step]
+        if os.environ.get("CODES_FINISH_NOW"):
+            self.skipped.append(step)
+            return []
+        found = compute()
+        items = [{**item.__dict__, "rows": item.rows.tolist()} for item in found]
+        with self.path.open("a") as f:
+            f.write(json.dumps({"step": step, "found": items}) + "\n")
+        return found
+
+
 def encode(model: str, dataset: BeirDataset) -> tuple[np.ndarray, np.ndarray, float]:
     encoder = load_encoder(model)
     started = time.perf_counter()
@@ -235,18 +282,30 @@ def encode(model: str, dataset: BeirDataset) -> tuple[np.ndarray, np.ndarray, fl
 
 def score_model(
     model: str, dataset: BeirDataset, budgets: Sequence[int]
-) -> tuple[list[ResultRecord], float]:
+) -> tuple[list[ResultRecord], list[str]]:
     docs, queries, encode_seconds = encode(model, dataset)
     log(f"{model}: {len(docs)} documents, {len(queries)} queries in {encode_seconds:.0f} s")
     exact = top_rows(queries @ docs.T)
     searched = [Searched("float32", exact, 4 * docs.shape[1], False, 0.0, {})]
+    checkpoint = Checkpoint(model, dataset.name)
+    # Budget by budget, demitasse's codes and the peers', so that a run cut short has every
+    # comparison of the budgets it finished (and a re-run resumes from the checkpoint).
     for budget in budgets:
-        for found in (demitasse_codes(docs, queries, budget), itq_bits(docs, queries, budget)):
-            searched.extend(found)
+        for step, run in [
+            (f"demitasse-{budget}", lambda b=budget: demitasse_codes(docs, queries, b)),
+            (f"itq-{budget}", lambda b=budget: itq_bits(docs, queries, b)),
+            *faiss_budget_peers(docs, queries, budget),
+        ]:
+            searched.extend(checkpoint.run(step, run))
         log(f"{model}: {budget} bytes done")
-    searched.append(demitasse_int8(docs, queries))
-    searched.extend(faiss_peers(docs, queries, budgets))
-    searched.extend(sentence_transformers_peers(docs, queries))
+    for step, run in [
+        ("int8", lambda: [demitasse_int8(docs, queries)]),
+        ("faiss-sq4", lambda: [faiss_factory(docs, queries, "faiss-sq4", "SQ4")]),
+        ("faiss-sq8", lambda: [faiss_factory(docs, queries, "faiss-sq8", "SQ8")]),
+        ("faiss-rabitq", lambda: faiss_rabitq(docs, queries)),
+        ("sentence-transformers", lambda: sentence_transformers_peers(docs, queries)),
+    ]:
+        searched.extend(checkpoint.run(step, run))
     ids = np.asarray(dataset.corpus_ids, dtype=object)
     records = []
     for item in searched:
@@ -281,7 +340,7 @@ def score_model(
                     extra=extra,
                 )
             )
-    return records, encode_seconds
+    return records, checkpoint.skipped
 
 
 # ---- speed ---------------------------------------------------------------------------------------
@@ -514,7 +573,14 @@ def run_lines(records: Sequence[ResultRecord]) -> list[str]:
         lines += [
             f"**{model}** — command: `{facts['command']}`; machine: {facts['machine']}; wall "
             f"time {facts['wall_s']:.0f} s; {facts['threads']} thread(s); 1-minute load average "
-            f"{facts['load']} (fit seconds are wall time under that load).",
+            f"{facts['load']} (fit seconds are wall time under that load)."
+            + (
+                " **Partial run**: these steps had not finished and are missing: "
+                + ", ".join(facts["not_finished"])
+                + "."
+                if facts.get("not_finished")
+                else ""
+            ),
             "",
         ]
     return lines
@@ -591,7 +657,7 @@ def main() -> int:
     ]
     for model in models:
         model_started = time.perf_counter()
-        model_records, _ = score_model(model, dataset, budgets)
+        model_records, skipped = score_model(model, dataset, budgets)
         facts = {
             "command": command,
             "machine": machine_description(),
@@ -599,6 +665,7 @@ def main() -> int:
             "threads": args.threads,
             "load": f"{os.getloadavg()[0]:.1f} at the end",
             "budgets": budgets,
+            "not_finished": skipped,
         }
         for record in model_records:
             record.extra = {**record.extra, "run": facts}
