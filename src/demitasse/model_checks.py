@@ -13,6 +13,7 @@ from demitasse.arrays import check_finite
 from demitasse.compress import Quantizer, check_precision
 from demitasse.compress.vocabulary import accepts_width
 from demitasse.data import check_texts
+from demitasse.encoders.base import check_batch_size
 from demitasse.errors import CompressorError, DataError, DemitasseError
 
 
@@ -20,8 +21,7 @@ def check_settings(layer: Any, batch_size: Any) -> None:
     """The layer cut and the batch size, positive integers (the layer may be None)."""
     if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int) or layer < 1):
         raise DemitasseError(f"layer must be a positive integer, got {layer!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise DemitasseError(f"batch_size must be a positive integer, got {batch_size!r}")
+    check_batch_size(batch_size)
 
 
 def check_offered_precision(precision: Any, precisions: list[str]) -> str:

@@ -46,3 +46,9 @@ class Encoder(Protocol):
     ) -> dict[int, np.ndarray]:
         """Embeddings of several layers from one forward pass, keyed by 1-based layer."""
         ...
+
+
+def check_batch_size(batch_size: Any) -> None:
+    """``batch_size`` must be a positive integer (not a bool)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise DemitasseError(f"batch_size must be a positive integer, got {batch_size!r}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -151,6 +151,29 @@ class EmbeddingCache:
         self._arrays[shard] = arrays
         self._build_index()
         self._add_to_index(shard)
+
+
+def encode_through(
+    cache: EmbeddingCache | None,
+    texts: Sequence[str],
+    layers: Sequence[int],
+    dim: int,
+    compute: Callable[[list[str]], dict[int, np.ndarray]],
+) -> dict[int, np.ndarray]:
+    """Vectors of ``texts`` at each of ``layers``: those ``cache`` holds, and ``compute`` run
+    once on the distinct texts it lacks (then stored)."""
+    out = {layer: np.empty((len(texts), dim), dtype=np.float32) for layer in layers}
+    missing = cache.fill(texts, out) if cache else list(range(len(texts)))
+    if missing:
+        unique = list(dict.fromkeys(texts[i] for i in missing))
+        computed = compute(unique)
+        row_of = {text: row for row, text in enumerate(unique)}
+        rows = [row_of[texts[i]] for i in missing]
+        for layer in layers:
+            out[layer][missing] = computed[layer][rows]
+        if cache:
+            cache.store(unique, computed)
+    return out
 
 
 def _is_layer_key(key: str) -> bool:

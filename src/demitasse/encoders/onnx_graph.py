@@ -33,8 +33,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from demitasse.data import check_texts
-from demitasse.encoders.base import check_backend
-from demitasse.encoders.cache import EmbeddingCache
+from demitasse.encoders.base import check_backend, check_batch_size
+from demitasse.encoders.cache import EmbeddingCache, encode_through
 from demitasse.encoders.resolve import cache_root
 from demitasse.errors import DemitasseError
 from demitasse.io import read_json
@@ -303,26 +303,17 @@ class OnnxGraphEncoder:
         self, texts: Sequence[str], layers: Sequence[int] | None = None, batch_size: int = 32
     ) -> dict[int, np.ndarray]:
         texts = check_texts(texts)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise DemitasseError(f"batch_size must be a positive integer, got {batch_size!r}")
+        check_batch_size(batch_size)
         wanted = sorted({int(layer) for layer in (layers or [self.layer])})
         if wanted != [self.layer]:
             raise DemitasseError(
                 f"the ONNX encoder in {self.path} carries layer {self.layer} of {self.name} "
                 f"only, not {', '.join(map(str, wanted))}; other layers need the source model"
             )
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
-        missing = self._cache.fill(texts, {self.layer: out}) if self._cache else list(
-            range(len(texts))
+        return encode_through(
+            self._cache, texts, [self.layer], self.dim,
+            lambda unique: {self.layer: self._forward_all(unique, batch_size)},
         )  # fmt: skip
-        if missing:
-            unique = list(dict.fromkeys(texts[i] for i in missing))
-            computed = self._forward_all(unique, batch_size)
-            row_of = {text: row for row, text in enumerate(unique)}
-            out[missing] = computed[[row_of[texts[i]] for i in missing]]
-            if self._cache:
-                self._cache.store(unique, {self.layer: computed})
-        return {self.layer: out}
 
     def packing_matches(self, tolerance: float = 1e-5) -> bool:
         """False: the graph takes padded rows (as the transformer encoder's ONNX backends)."""

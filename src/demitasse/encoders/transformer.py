@@ -16,7 +16,8 @@ from transformers import BatchEncoding
 
 from demitasse.data import check_texts
 from demitasse.encoders.backends import check_backend, check_installed, graph_path
-from demitasse.encoders.cache import EmbeddingCache, fingerprint_directory
+from demitasse.encoders.base import check_batch_size
+from demitasse.encoders.cache import EmbeddingCache, encode_through, fingerprint_directory
 from demitasse.encoders.exit_heads import load_exit_heads
 from demitasse.encoders.onnx_graph import OnnxSession
 from demitasse.encoders.packing import PackedBatch, pack_rows, packed_batch, unpack
@@ -224,21 +225,12 @@ class TransformerEncoder:
         self, texts: Sequence[str], layers: Sequence[int] | None = None, batch_size: int = 32
     ) -> dict[int, np.ndarray]:
         texts = check_texts(texts)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise DemitasseError(f"batch_size must be a positive integer, got {batch_size!r}")
+        check_batch_size(batch_size)
         wanted = self._check_layers(layers)
-        out = {layer: np.empty((len(texts), self.dim), dtype=np.float32) for layer in wanted}
-        missing = self._cache.fill(texts, out) if self._cache else list(range(len(texts)))
-        if missing:
-            unique = list(dict.fromkeys(texts[i] for i in missing))
-            computed = self._forward_all(unique, wanted, batch_size)
-            row_of = {text: row for row, text in enumerate(unique)}
-            rows = [row_of[texts[i]] for i in missing]
-            for layer in wanted:
-                out[layer][missing] = computed[layer][rows]
-            if self._cache:
-                self._cache.store(unique, computed)
-        return out
+        return encode_through(
+            self._cache, texts, wanted, self.dim,
+            lambda unique: self._forward_all(unique, wanted, batch_size),
+        )  # fmt: skip
 
     @contextlib.contextmanager
     def cut_to(self, depth: int) -> Iterator[None]:
