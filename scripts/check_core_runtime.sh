@@ -11,9 +11,8 @@
 # default /tmp/core-b; --reuse keeps an existing one and reinstalls only demitasse), runs
 # `demitasse encode` on each directory in both venvs and compares: cosine per row of the float
 # vectors (>= 0.9999), and the share of int8 codes that differ (at most one step, <= 1 %).
-# Prints import and first-encode times for both venvs and the core venv's size. If the core
-# install pulls torch (dependencies not yet split), it is emulated: --no-deps plus numpy,
-# safetensors, tokenizers, onnxruntime, pyarrow and tqdm. Exits non-zero on any failure.
+# Prints import and first-encode times for both venvs and the core venv's size. Exits non-zero
+# on any failure, a core venv that imports torch included.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,7 +34,6 @@ mkdir -p "$WORK"
 echo "work folder: $WORK"
 
 # ---- the core venv ---------------------------------------------------------------------------
-core_has_torch() { "$CORE/bin/python" -c "import torch" >/dev/null 2>&1; }
 pip_core() {  # the build's warnings go to a log, shown when pip fails
     "$CORE/bin/pip" install -q "$@" >>"$WORK/pip.log" 2>&1 || { cat "$WORK/pip.log"; exit 1; }
 }
@@ -44,17 +42,12 @@ if [[ $REUSE == 1 && -x $CORE/bin/python ]]; then
 else
     rm -rf "$CORE"
     python3.11 -m venv "$CORE"
-    pip_core --upgrade pip
     pip_core "$REPO"
 fi
-if core_has_torch; then
-    echo "the core install pulled torch: emulating it (--no-deps + the core's libraries)"
-    rm -rf "$CORE"
-    python3.11 -m venv "$CORE"
-    pip_core --no-deps "$REPO"
-    pip_core numpy safetensors tokenizers onnxruntime pyarrow tqdm
+if "$CORE/bin/python" -c "import torch" >/dev/null 2>&1; then
+    echo "FAIL: torch in the core venv" >&2
+    exit 1
 fi
-if core_has_torch; then echo "FAIL: torch in the core venv" >&2; exit 1; fi
 echo "core venv: $(du -sh "$CORE" | cut -f1), $("$CORE/bin/pip" list 2>/dev/null | tail -n +3 | wc -l) packages"
 
 # ---- model directories, with the full venv ---------------------------------------------------
