@@ -19,7 +19,11 @@ def corpus() -> np.ndarray:
     return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 
 
-@pytest.fixture(scope="module", params=["pq6", "rq5", "pq7:norm=none", "rq2"])
+# Rows of 8 and 16 bytes (rq8, pq8 without a norm byte, rq16) take the compiled scan's
+# 64-bit word path; the others read byte by byte.
+@pytest.fixture(
+    scope="module", params=["pq6", "rq5", "pq7:norm=none", "rq2", "rq8", "pq8:norm=none", "rq16"]
+)
 def quantizer(request, corpus):
     name, *options = request.param.split(":")
     params = dict(option.split("=") for option in options)
@@ -52,6 +56,21 @@ def test_scan_matches_the_quantizer_scores(quantizer, corpus, kernel, monkeypatc
     np.testing.assert_allclose(
         scan.scores_of(queries, rows), np.take_along_axis(expected, rows, axis=1), rtol=1e-5
     )
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 699])
+def test_word_scan_covers_every_row(quantizer, corpus, rows):
+    """The word path scans rows in pairs: an odd count leaves one row for a last step, and
+    the compiled and numpy scans agree on which rows are best."""
+    if scan_module.compiled_top_k is None:
+        pytest.skip("numba is not installed")
+    codes = quantizer.quantize(corpus[:rows])
+    queries = corpus[-5:] + 0.05
+    depth = min(rows, 7)
+    expected = quantizer.score(queries, codes)
+    scores, found = AsymmetricScan(quantizer, codes, "cosine").search(queries, depth)
+    np.testing.assert_allclose(scores, np.take_along_axis(expected, found, axis=1), rtol=1e-5)
+    np.testing.assert_allclose(scores, -np.sort(-expected, axis=1)[:, :depth], rtol=1e-5)
 
 
 def test_quantized_index_searches_codes_asymmetrically(quantizer, corpus):
