@@ -28,7 +28,7 @@ from sklearn.metrics import normalized_mutual_info_score
 from threadpoolctl import threadpool_limits
 
 from _common import HERE, RESULTS_MD, log, template
-from demitasse.compress import make_compressor, make_quantizer
+from demitasse.compress import TrainingSettings, make_compressor, make_quantizer
 from demitasse.compress.mcr2 import MCR2
 from demitasse.data import (
     evaluation_pairs,
@@ -103,14 +103,16 @@ CLUSTER_LAMBDA = STS_LAMBDA
 HIDDEN_DIM = 512
 
 
-def new_head(dim: int, similarity_weight: float, hidden_dim: int = HIDDEN_DIM) -> MCR2:
+def new_head(
+    dim: int, similarity_weight: float, hidden_dim: int = HIDDEN_DIM, progress: bool = True
+) -> MCR2:
     """An unfitted head with this section's settings."""
     return MCR2(
         dim=dim,
         n_clusters=TREC_K,
         similarity_weight=similarity_weight,
         hidden_dim=hidden_dim,
-        progress=True,
+        training=TrainingSettings(progress=progress),
     )
 
 

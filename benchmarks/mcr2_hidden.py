@@ -57,7 +57,7 @@ def main() -> int:
     for hidden in (int(h) for h in args.hidden_dims.split(",")):
         for dim in (int(d) for d in args.dims.split(",")):
             started = time.perf_counter()
-            head = new_head(dim, STS_LAMBDA, hidden).set_params(progress=False)
+            head = new_head(dim, STS_LAMBDA, hidden, progress=False)
             head.fit(X_fit, pairs=(X1, X2), fit_data=FIT_DATA)
             row: dict[str, object] = {
                 "model": encoder.name, "hidden_dim": hidden, "dim": dim,

@@ -4,7 +4,7 @@
 all-MiniLM-L6-v2 embeddings of unlabeled sentences (the sample of learned_compressors.py):
 
 1. gradient variance while training, parallel Matryoshka (``smrl=False``) vs SMRL (the paper's
-   Figure 6), from ``SMEC(record_gradients=True)``;
+   Figure 6), recorded by ``lab.gradients.GradientRecordingSMEC``;
 2. ADS vs truncation at 128/64/32 selected input dimensions (the paper's Table 2), with a
    documented proxy for its WARE achievement rate (see ``removal_importance``);
 3. S-XBM memory size vs training time and STS-B dev quality (the paper's Table 3).
@@ -20,9 +20,9 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import matplotlib
 
@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from _common import HERE, RESULTS_MD, grid, log, template
+from demitasse.compress import SMECVariant, TrainingSettings
 from demitasse.compress.smec import SMEC
 from demitasse.data import load_sts_suite, load_stsb, resolve_data_dir
 from demitasse.data.beir import load_beir
@@ -43,9 +44,11 @@ from demitasse.loading import load_encoder
 from demitasse.report import markdown_table
 from demitasse.report.plots import save_figure
 from lab import evaluation_texts, held_out_unlabeled
+from lab.gradients import GradientLog, GradientRecordingSMEC, variance_series
 from lab.templates import fill_section
 
-WINDOW = 5  # steps per gradient-variance window (demitasse.compress.learned_loop.GradientLog)
+WINDOW = GradientLog.window  # steps per gradient-variance window
+Model = TypeVar("Model", bound=SMEC)
 SELECTIONS = ("ADS", "truncation", "top variance", "proxy-WARE top-k (oracle)")
 
 
@@ -102,23 +105,6 @@ class DevScorer:
         return spearman_x100(np.einsum("ij,ij->i", a, b), np.asarray(self.pairs.scores))
 
 
-def variance_series(history: list[dict[str, Any]], run: str, module: int) -> np.ndarray:
-    """(step within the run, window variance, relative variance) of one trained module.
-
-    Relative variance = window variance / mean ‖g‖² over the window: the share of the
-    gradient's energy that is mini-batch noise (0: every batch agrees, 1: pure noise).
-    """
-    rows, window = [], []
-    for entry in history:
-        if entry["run"] != run:
-            continue
-        window = [*window[-(WINDOW - 1) :], entry["grad_sq_norm"][module]]
-        if "grad_variance" in entry:
-            variance = entry["grad_variance"][module]
-            rows.append((entry["step"], variance, variance / max(np.mean(window), 1e-30)))
-    return np.array(rows, dtype=float).reshape(-1, 3)
-
-
 @dataclass
 class Analyses:
     """What the three analyses share: the fit rows, the dev scorer, SMEC's common options,
@@ -129,7 +115,8 @@ class Analyses:
     fit_data: str
     X: np.ndarray
     dev: DevScorer
-    common: dict[str, Any]
+    training: TrainingSettings
+    variant: SMECVariant  # what every analysis's SMEC shares
     records: list[ResultRecord]
 
     def record(
@@ -141,6 +128,13 @@ class Analyses:
             bytes_per_vector=4 * dim, fit_data=self.fit_data, extra=extra,
         )  # fmt: skip
         self.records.append(record)
+
+    def smec(self, cls: type[Model], dim: int, min_dim: int, **options: Any) -> Model:
+        """An unfitted SMEC (of class ``cls``) with the common settings; ``options`` are fields
+        of its variant, or ``rotate``."""
+        rotate = options.pop("rotate", True)
+        variant = replace(self.variant, **options)
+        return cls(dim=dim, min_dim=min_dim, rotate=rotate, variant=variant, training=self.training)
 
     def at_width(self, model: SMEC, width: int) -> float:
         return self.dev(lambda V: model.transform(V, dim=width))
@@ -158,8 +152,8 @@ def gradient_variance(run: Analyses) -> tuple[list[list[Any]], dict[str, dict[st
     for smrl in (False, True):
         mode = "SMRL" if smrl else "parallel"
         clock = time.perf_counter()
-        model = SMEC(dim=GRID.stages[0], min_dim=GRID.stages[-1], smrl=smrl,
-                     record_gradients=True, **run.common).fit(run.X)  # fmt: skip
+        model = run.smec(GradientRecordingSMEC, GRID.stages[0], GRID.stages[-1], smrl=smrl)
+        model.fit(run.X)
         seconds = time.perf_counter() - clock
         curves[mode] = {}
         for index, (width, stage) in enumerate(zip(GRID.stages, run.stage_names(), strict=True)):
@@ -197,7 +191,7 @@ def ads_vs_truncation(run: Analyses, seed: int, full: float) -> list[list[Any]]:
     by_variance = np.argsort(-run.X.var(axis=0))
     rows = []
     for k in GRID.stages:
-        model = SMEC(dim=k, min_dim=k, rotate=False, xbm=False, **run.common).fit(run.X)
+        model = run.smec(SMEC, k, k, rotate=False, xbm=False).fit(run.X)
         top = set(ranked[:k].tolist())
         smec_score = run.at_width(model, k)
         for name, dims in selections(model, k, by_variance, ranked).items():
@@ -224,9 +218,8 @@ def memory_sizes(run: Analyses, sizes: list[int]) -> list[list[Any]]:
     rows = []
     for size in sizes:
         wall, cpu = time.perf_counter(), time.process_time()
-        params = {"xbm": size > 0, "memory_size": max(size, 1)}
-        model = SMEC(dim=GRID.stages[0], min_dim=GRID.stages[-1], **params,
-                     **run.common).fit(run.X)  # fmt: skip
+        model = run.smec(SMEC, GRID.stages[0], GRID.stages[-1], xbm=size > 0,
+                         memory_size=max(size, 1)).fit(run.X)  # fmt: skip
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         scores = [run.at_width(model, w) for w in GRID.stages]
         rows.append([size, f"{wall:.1f}", f"{cpu:.1f}", *(round(s, 2) for s in scores)])
@@ -303,13 +296,12 @@ def prepare(args: argparse.Namespace) -> Analyses:
     scifact = load_beir(data_dir / "beir" / "scifact")
     tasks = [STSTask(load_sts_suite(data_dir)), RetrievalTask(scifact)]
     unlabeled = held_out_unlabeled(data_dir, args.n_unlabeled, args.seed, evaluation_texts(tasks))
-    common: dict[str, Any] = {
-        "max_epochs": args.max_epochs, "device": "cpu", "seed": args.seed,
-        "inference": "chain",  # as when the section was run (distilled width networks since #31)
-    }  # fmt: skip
+    training = TrainingSettings(max_epochs=args.max_epochs, device="cpu", seed=args.seed)
+    # Chain inference, as when the section was run (distilled width networks since #31).
+    variant = SMECVariant(inference="chain")
     X = encoder.encode(unlabeled)
     return Analyses(encoder.name, encoder.dim, f"unlabeled-en-{len(unlabeled) // 1000}k", X,
-                    DevScorer(encoder, data_dir), common, [])  # fmt: skip
+                    DevScorer(encoder, data_dir), training, variant, [])  # fmt: skip
 
 
 if __name__ == "__main__":

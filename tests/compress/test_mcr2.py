@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from demitasse.compress import load_compressor, make_compressor
+from demitasse.compress import TrainingSettings, load_compressor, make_compressor
 from demitasse.compress.mcr2 import MCR2, class_coding_rate, coding_rate
 from demitasse.errors import CompressorError, DataError
 from demitasse.evaluation.clustering import cluster_accuracy
@@ -36,18 +36,12 @@ def _pairs_within_class(y: np.ndarray, m: int, seed: int = 0) -> np.ndarray:
     return np.stack([left, right], axis=1)
 
 
-def _head(**params: object) -> MCR2:
-    defaults: dict[str, object] = {
-        "dim": 8,
-        "n_clusters": K,
-        "hidden_dim": 64,
-        "batch_size": 256,
-        "max_epochs": 30,
-        "patience": 31,
-        "learning_rate": 3e-3,
-        "device": "cpu",
-    }
-    return MCR2(**{**defaults, **params})
+def _head(max_epochs: int = 30, **params: object) -> MCR2:
+    defaults: dict[str, object] = {"dim": 8, "n_clusters": K, "hidden_dim": 64}
+    training = TrainingSettings(
+        batch_size=256, max_epochs=max_epochs, patience=31, learning_rate=3e-3, device="cpu"
+    )
+    return MCR2(**{**defaults, **params}, training=training)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -157,6 +151,8 @@ def test_bad_hyperparameters_and_unknown_supervision() -> None:
         make_compressor("mcr2", n_clusters=1)
     with pytest.raises(CompressorError, match=r"'eps' parameter of MCR2 must be .* \(0.0, inf\)"):
         make_compressor("mcr2", eps=0)
+    with pytest.raises(CompressorError, match=r"'batch_size' parameter of MCR2 must be .* \[4, "):
+        MCR2(training=TrainingSettings(batch_size=3)).fit(X)  # the coding rates need rows
     with pytest.raises(CompressorError, match="unknown fit argument"):
         _head().fit(X, scores=np.ones(len(X)))
     with pytest.raises(DataError, match="fitted on 32"):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from demitasse.compress._estimator import Interval
 from demitasse.compress.base import register_compressor
-from demitasse.compress.learned import LearnedCompressor, halving_dims
+from demitasse.compress.learned import LearnedCompressor, TrainingSettings, halving_dims
 from demitasse.compress.params import Integers
 
 if TYPE_CHECKING:
@@ -47,7 +47,8 @@ class MatryoshkaAdaptor(LearnedCompressor):
     ``cosent_weight`` × CoSENT (scored pairs), ``rank_weight`` × Search-Adaptor rank loss
     (query–document pairs) and ``related_weight`` × the cosine gap over related pairs are
     added, averaged over the same dims. Inputs are rotated onto their principal axes first
-    (``rotate``), so the untrained adaptor is exactly PCA.
+    (``rotate``), so the untrained adaptor is exactly PCA. ``training`` holds the trainer's
+    settings (:class:`~demitasse.compress.learned.TrainingSettings`; None: its defaults).
 
     ``hidden_dim`` defaults to 128: on 100k unlabeled MiniLM sentences it scored as 512 did
     (chosen on STS-B dev + SICK trial), fits faster and transforms 2-3x faster.
@@ -74,15 +75,7 @@ class MatryoshkaAdaptor(LearnedCompressor):
         related_weight: float = 1.0,
         pairwise_weight: float = 1.0,
         rotate: bool = True,
-        batch_size: int = 256,
-        max_epochs: int = 20,
-        patience: int = 3,
-        learning_rate: float = 1e-3,
-        weight_decay: float = 0.0,
-        validation_fraction: float = 0.1,
-        seed: int = 0,
-        device: str = "auto",
-        progress: bool = False,
+        training: TrainingSettings | None = None,
     ) -> None:
         self.dim = dim
         self.min_dim = min_dim
@@ -94,15 +87,7 @@ class MatryoshkaAdaptor(LearnedCompressor):
         self.related_weight = related_weight
         self.pairwise_weight = pairwise_weight
         self.rotate = rotate
-        self.batch_size = batch_size
-        self.max_epochs = max_epochs
-        self.patience = patience
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.validation_fraction = validation_fraction
-        self.seed = seed
-        self.device = device
-        self.progress = progress
+        self.training = training
 
     @property
     def matryoshka_dims_(self) -> list[int]:

@@ -4,11 +4,13 @@
 Training is shared: a seeded train/validation split of the fit rows, then the one training loop
 of demitasse (:func:`demitasse.loop.run_loop`): AdamW on mini-batches, the validation loss at
 each epoch's end, early stopping after ``patience`` epochs without improvement (best weights
-restored), a progress bar; CPU by default and the GPU when one is present. Supervision common
-to the subclasses is handled here too: scored sentence pairs (CoSENT), query–document relevance
-(Search-Adaptor rank loss) and related pairs. Network weights are saved as safetensors through
-the Compressor persistence hooks. The loop's task (one optimiser step per mini-batch, the best
-weights kept) and the gradient recording are in :mod:`demitasse.compress.learned_loop`.
+restored), a progress bar; CPU by default and the GPU when one is present. Its settings are
+one hyperparameter, ``training=TrainingSettings(...)`` (:class:`TrainingSettings`), the same
+for every learned compressor. Supervision common to the subclasses is handled here too: scored
+sentence pairs (CoSENT), query–document relevance (Search-Adaptor rank loss) and related pairs.
+Network weights are saved as safetensors through the Compressor persistence hooks. The loop's
+task (one optimiser step per mini-batch, the best weights kept, the step hook
+:meth:`LearnedCompressor._after_backward`) is in :mod:`demitasse.compress.learned_loop`.
 
 Inputs are first centred and rotated onto their principal axes (``rotate=True``): a fixed,
 lossless change of basis that lets the networks start from PCA instead of from truncation.
@@ -24,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from numbers import Real
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Self
 
 import numpy as np
 
@@ -37,8 +39,8 @@ from demitasse.arrays import (
 )
 from demitasse.compress._estimator import Interval, StrOptions
 from demitasse.compress.base import Compressor
-from demitasse.compress.learned_loop import CompressorTraining
-from demitasse.compress.params import Integers
+from demitasse.compress.learned_loop import CompressorTraining, TrainingStep
+from demitasse.compress.params import Integers, ParamGroup, check_group
 from demitasse.compress.pca import PCA
 from demitasse.errors import CompressorError, DataError, DemitasseError
 from demitasse.loop import LoopSettings, run_loop
@@ -59,6 +61,80 @@ class _Split:
     tensors: tuple[torch.Tensor, ...]
     train: torch.Tensor
     val: torch.Tensor
+
+
+@dataclass(frozen=True, repr=False)
+class TrainingSettings(ParamGroup):
+    """The shared trainer's settings (see the module doc), one hyperparameter of every learned
+    compressor: ``MatryoshkaAdaptor(training=TrainingSettings(max_epochs=5))``.
+
+    A field left None takes the compressor's default: batches of 256 rows, at most 20 epochs,
+    patience 3, learning rate 1e-3, no weight decay, a tenth of the rows for validation, seed
+    0, the GPU where there is one, no progress bar (MCR²: batches of 512, 30 epochs, patience
+    11); ``training=None`` takes them all. By name (``make_compressor``, ``method:key=value``
+    on the command line) each field may also be given on its own:
+    ``make_compressor("adaptor", max_epochs=5)``.
+    """
+
+    #: Rows per mini-batch.
+    batch_size: int | None = None
+    #: Epochs at most (of each separately trained part, such as a SMEC stage).
+    max_epochs: int | None = None
+    #: Epochs in a row without a better validation loss after which training stops.
+    patience: int | None = None
+    #: AdamW's learning rate and weight decay.
+    learning_rate: float | None = None
+    weight_decay: float | None = None
+    #: Share of the fit rows (and of each supervision set) held out for the validation loss.
+    validation_fraction: float | None = None
+    #: Seeds torch, the split and the batches: a fit is reproducible on one device.
+    seed: int | None = None
+    #: "auto" (the GPU when there is one), "cpu" or "cuda".
+    device: str | None = None
+    #: Show a progress bar.
+    progress: bool | None = None
+
+    #: An interval open at a right end of None leaves out infinity: ``[0, inf)`` means finite.
+    constraints: ClassVar[dict[str, list[Any]]] = {
+        "batch_size": [Integers(1)],
+        "max_epochs": [Integers(1)],
+        "patience": [Integers(1)],
+        "learning_rate": [Interval(Real, 0, None, closed="left")],
+        "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "validation_fraction": [Interval(Real, 0, 0.5, closed="neither")],
+        "seed": [Integers(0)],
+        "device": [StrOptions({"auto", "cpu", "cuda"})],
+        "progress": ["boolean"],
+    }
+
+
+#: The trainer's defaults of the learned compressors (MCR² changes three).
+DEFAULT_TRAINING = TrainingSettings(
+    batch_size=256,
+    max_epochs=20,
+    patience=3,
+    learning_rate=1e-3,
+    weight_decay=0.0,
+    validation_fraction=0.1,
+    seed=0,
+    device="auto",
+    progress=False,
+)
+
+
+class _Trainer(NamedTuple):
+    """The trainer's settings a fit uses: ``training``'s, the compressor's default for each
+    it leaves None."""
+
+    batch_size: int
+    max_epochs: int
+    patience: int
+    learning_rate: float
+    weight_decay: float
+    validation_fraction: float
+    seed: int
+    device: str
+    progress: bool
 
 
 def halving_dims(first: int, smallest: int) -> list[int]:
@@ -96,8 +172,10 @@ class LearnedCompressor(Compressor):
     """
 
     #: The format of their saves: ``patience`` counts the epochs without improvement after
-    #: which training stops.
-    version: ClassVar[int] = 2
+    #: which training stops (2); the trainer's settings are one parameter, ``training``, a
+    #: dict of its fields in config.json (3).
+    version: ClassVar[int] = 3
+    trained: ClassVar[bool] = True
     supervision: ClassVar[tuple[str, ...]] = (
         "pairs",
         "scores",
@@ -112,46 +190,49 @@ class LearnedCompressor(Compressor):
     transform_libraries: ClassVar[tuple[str, ...]] = ("torch", "threadpoolctl")
     #: Rows per mini-batch for the supervised terms.
     supervised_batch_rows: ClassVar[int] = 128
-    #: Hyperparameters of the shared trainer (each subclass takes those it uses). An interval
-    #: open at a right end of None leaves out infinity: ``[0, inf)`` means finite and >= 0.
+    #: Hyperparameters the subclasses share (each takes those it uses). An interval open at a
+    #: right end of None leaves out infinity: ``[0, inf)`` means finite and >= 0.
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
         **Compressor._parameter_constraints,
-        "batch_size": [Integers(1)],
-        "max_epochs": [Integers(1)],
-        "patience": [Integers(1)],
-        "seed": [Integers(0)],
         **{
             name: [Interval(Real, 0, None, closed="left")]
-            for name in (
-                "learning_rate",
-                "weight_decay",
-                "cosent_weight",
-                "rank_weight",
-                "related_weight",
-                "pairwise_weight",
-            )
+            for name in ("cosent_weight", "rank_weight", "related_weight", "pairwise_weight")
         },
-        "validation_fraction": [Interval(Real, 0, 0.5, closed="neither")],
-        "device": [StrOptions({"auto", "cpu", "cuda"})],
         "rotate": ["boolean"],
-        "progress": ["boolean"],
+        "training": [TrainingSettings, None],
     }
+    _param_groups: ClassVar[dict[str, ParamGroup]] = {"training": DEFAULT_TRAINING}
+    #: Tighter constraints of a group's fields than the group's own, by group (MCR² needs a
+    #: few rows per batch, say).
+    _group_constraints: ClassVar[dict[str, dict[str, list[Any]]]] = {}
 
     # Subclasses set these hyperparameters in __init__.
-    batch_size: int
-    max_epochs: int
-    patience: int
-    learning_rate: float
-    weight_decay: float
-    validation_fraction: float
     rotate: bool
     cosent_weight: float
     rank_weight: float
     related_weight: float
     pairwise_weight: float
-    seed: int
-    device: str
-    progress: bool
+    training: TrainingSettings | None
+
+    def set_params(self, **params: Any) -> Self:
+        """Set hyperparameters (checked, and taking effect, at the next ``fit``); a setting of
+        a group may go by its own name, over the group's current value:
+        ``set_params(max_epochs=3)`` sets ``training``'s."""
+        current = {name: getattr(self, name) for name in self._param_groups}
+        return super().set_params(**self._grouped(params, self._param_names(), current))
+
+    @property
+    def _training(self) -> _Trainer:
+        """The trainer's settings: ``training``'s, the compressor's defaults for None."""
+        return _Trainer(**self._group("training").as_dict())
+
+    def _validate_params(self) -> None:
+        """scikit-learn's check of the parameters, then of each group's fields."""
+        super()._validate_params()
+        for name in self._param_groups:
+            group = self._group(name)
+            constraints = {**group.constraints, **self._group_constraints.get(name, {})}
+            check_group(group, constraints, type(self).__name__)
 
     # ---- subclass hooks ----------------------------------------------------------------------
 
@@ -171,14 +252,20 @@ class LearnedCompressor(Compressor):
         None transforms through ``_encode``."""
         return None
 
+    def _after_backward(self, step: TrainingStep) -> None:
+        """Called at every training step of ``run_training`` (unless its ``observed`` is
+        false), after the backward pass and before the optimiser step: the trained modules'
+        parameters hold the step's gradients in ``.grad``. Does nothing; a subclass may look
+        (analyses such as the gradient statistics of ``benchmarks/lab/gradients.py``), but
+        must change nothing, or the fit is no longer the compressor's."""
+
     # ---- fit ---------------------------------------------------------------------------------
 
     def _fit(self, X: np.ndarray, **supervision: Any) -> None:
         import torch
 
         self._plans: dict[tuple[int, int], Plan | None] = {}  # trained in place: same id
-        torch.manual_seed(self.seed)
-        self._generator = torch.Generator().manual_seed(self.seed)
+        self._seed_torch()
         self._torch_device = self._pick_device()
         self._fit_rotation(X)
         self._supervised = self._prepare_supervision(supervision, X.shape[1])
@@ -189,10 +276,19 @@ class LearnedCompressor(Compressor):
         self.network_.eval().cpu()
         self._supervised = {}
 
+    def _seed_torch(self) -> None:
+        """Seed torch and the generator of the split, the batches and the supervised rows."""
+        import torch
+
+        seed = self._training.seed
+        torch.manual_seed(seed)
+        self._generator = torch.Generator().manual_seed(seed)
+
     def _pick_device(self) -> torch.device:
         import torch
 
-        if self.device == "cuda" or (self.device == "auto" and torch.cuda.is_available()):
+        device = self._training.device
+        if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
             if not torch.cuda.is_available():
                 raise CompressorError(f"{self.method}: device='cuda' but no GPU is available")
             return torch.device("cuda")
@@ -220,7 +316,7 @@ class LearnedCompressor(Compressor):
         import torch
 
         order = torch.randperm(n, generator=self._generator)
-        n_val = min(max(1, round(n * float(self.validation_fraction))), n - 1)
+        n_val = min(max(1, round(n * float(self._training.validation_fraction))), n - 1)
         self._val_rows, self._train_rows = order[:n_val], order[n_val:]
 
     def _prepare_supervision(self, supervision: dict[str, Any], d: int) -> dict[str, _Split]:
@@ -240,7 +336,7 @@ class LearnedCompressor(Compressor):
         for name, arrays in sets.items():
             n = arrays[0].shape[0]
             order = torch.randperm(n, generator=self._generator)
-            n_val = min(max(2, round(n * float(self.validation_fraction))), n - 2)
+            n_val = min(max(2, round(n * float(self._training.validation_fraction))), n - 2)
             tensors = tuple(torch.from_numpy(a).to(self._torch_device) for a in arrays)
             rotated = tuple(self._rotate(t) for t in tensors[:2])
             splits[name] = _Split((*rotated, tensors[2]), order[n_val:], order[:n_val])
@@ -321,7 +417,7 @@ class LearnedCompressor(Compressor):
 
         if shuffle:
             rows = rows[torch.randperm(len(rows), generator=self._generator)]
-        size = int(self.batch_size)
+        size = int(self._training.batch_size)
         for start in range(0, len(rows), size):
             batch = rows[start : start + size]
             if len(batch) >= 2:
@@ -386,7 +482,7 @@ class LearnedCompressor(Compressor):
         parameter_groups: list[dict[str, Any]],
         batch_loss: BatchLoss,
         description: str,
-        record: bool = True,
+        observed: bool = True,
     ) -> None:
         """Train ``parameter_groups`` on the shared loop (:func:`demitasse.loop.run_loop`)
         until the validation loss stops improving.
@@ -396,22 +492,24 @@ class LearnedCompressor(Compressor):
         an improvement, and the weights of ``modules`` with the best validation loss are put
         back. The groups train with AdamW, those marked ``"max_normalized": True`` with
         :class:`~demitasse.compress.optimisers.MaxNormalizedSGD`. ``batch_loss(rows,
-        training)`` gets row indices of the fit data. With the hyperparameter
-        ``record_gradients`` set, per-step gradient statistics go to ``history_`` (see
-        :class:`~demitasse.compress.learned_loop.GradientLog`) unless ``record`` is false;
-        training itself is unchanged.
+        training)`` gets row indices of the fit data. Each step goes to
+        :meth:`_after_backward` unless ``observed`` is false (a fit of something else than
+        the compressor's own network, such as SMEC's distilled width networks).
         """
         from demitasse.compress.optimisers import compressor_optimisers
 
+        training = self._training
         optimisers = compressor_optimisers(
-            parameter_groups, lr=float(self.learning_rate), weight_decay=float(self.weight_decay)
+            parameter_groups,
+            lr=float(training.learning_rate),
+            weight_decay=float(training.weight_decay),
         )
-        task = CompressorTraining(self, modules, optimisers, batch_loss, description, record)
+        task = CompressorTraining(self, modules, optimisers, batch_loss, description, observed)
         settings = LoopSettings(
-            max_epochs=int(self.max_epochs),
-            patience=int(self.patience),
+            max_epochs=int(training.max_epochs),
+            patience=int(training.patience),
             min_delta=1e-6,
-            progress=bool(self.progress),
+            progress=bool(training.progress),
         )
         try:
             run_loop(

@@ -1,7 +1,6 @@
 """The shared training loop's task for learned compressors (:func:`demitasse.loop.run_loop`
 runs it; :meth:`~demitasse.compress.learned.LearnedCompressor.run_training` sets it up), and
-the per-step gradient statistics it records for analyses such as SMEC's sequential vs
-parallel training.
+what its step hook sees (:class:`TrainingStep`).
 
 torch is imported inside the functions, so that ``import demitasse.compress`` stays free of it.
 """
@@ -10,7 +9,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -18,52 +18,17 @@ if TYPE_CHECKING:
     from demitasse.compress.learned import BatchLoss, LearnedCompressor
 
 
-class GradientLog:
-    """Per-step gradient statistics of each trained module (importance logits excluded).
+@dataclass(frozen=True)
+class TrainingStep:
+    """One training step, as :meth:`LearnedCompressor._after_backward
+    <demitasse.compress.learned.LearnedCompressor._after_backward>` sees it: after the backward
+    pass, before the optimiser step."""
 
-    Each step records the loss and every module's squared gradient norm; every ``window``
-    steps also the gradient variance of each module over that window of mini-batches,
-    mean ||g_i||² − ||mean g_i||² (the trace of the gradient covariance), as in SMEC's
-    comparison of sequential and parallel Matryoshka training.
-    """
-
-    window: ClassVar[int] = 5
-
-    def __init__(self, modules: list[torch.nn.Module]) -> None:
-        self.parameters = [
-            [p for name, p in m.named_parameters() if name != "logits"] for m in modules
-        ]
-        self.step = 0
-        self._sums: list[torch.Tensor | None] = [None] * len(modules)
-        self._squares = [0.0] * len(modules)
-
-    def record(self, loss: torch.Tensor) -> dict[str, Any]:
-        import torch
-
-        self.step += 1
-        norms, variances = [], []
-        with torch.no_grad():
-            for i, params in enumerate(self.parameters):
-                grads = [p.grad.flatten() for p in params if p.grad is not None]
-                g = torch.cat(grads) if grads else torch.zeros(1)
-                squared = float(g.pow(2).sum())
-                norms.append(squared)
-                total = self._sums[i]
-                summed = g.clone() if total is None else total + g
-                self._sums[i] = summed
-                self._squares[i] += squared
-                if self.step % self.window == 0:
-                    mean = summed / self.window
-                    variances.append(self._squares[i] / self.window - float(mean.pow(2).sum()))
-                    self._sums[i], self._squares[i] = None, 0.0
-        entry: dict[str, Any] = {
-            "step": self.step,
-            "loss": float(loss.detach()),
-            "grad_sq_norm": norms,
-        }
-        if variances:
-            entry["grad_variance"] = variances
-        return entry
+    run: str  #: the training run's description (``"smec: stage 16"``)
+    epoch: int  #: the epoch, from 0
+    step: int  #: the step within the run, from 1
+    loss: torch.Tensor  #: the batch loss (its backward pass done)
+    modules: list[torch.nn.Module]  #: the trained modules; their parameters hold ``.grad``
 
 
 class CompressorTraining:
@@ -78,18 +43,18 @@ class CompressorTraining:
         optimisers: list[torch.optim.Optimizer],
         batch_loss: BatchLoss,
         description: str,
-        record: bool = True,
+        observed: bool = True,
     ) -> None:
         self.compressor, self.modules, self.optimisers = compressor, modules, optimisers
         self.batch_loss, self.description = batch_loss, description
-        recording = record and getattr(compressor, "record_gradients", False)
-        self.log = GradientLog(modules) if recording else None
+        self.observed = observed  # whether steps go to the compressor's _after_backward
         self.epoch = 0
+        self.step = 0
         self.best: list[dict[str, Any]] = []
 
     def steps_per_epoch(self) -> int:
         """Mini-batches per epoch (a last batch of one row is left out, see ``_batches``)."""
-        n, size = len(self.compressor._train_rows), int(self.compressor.batch_size)
+        n, size = len(self.compressor._train_rows), int(self.compressor._training.batch_size)
         return n // size + (n % size >= 2)
 
     def epoch_batches(self, epoch: int) -> Iterator[torch.Tensor]:
@@ -106,9 +71,10 @@ class CompressorTraining:
         for optimiser in self.optimisers:
             optimiser.zero_grad(set_to_none=True)
         loss.backward()
-        if self.log is not None:
-            entry = {"run": self.description, "epoch": self.epoch, **self.log.record(loss)}
-            self.compressor.history_.append(entry)
+        self.step += 1
+        if self.observed:
+            step = TrainingStep(self.description, self.epoch, self.step, loss, self.modules)
+            self.compressor._after_backward(step)
         for optimiser in self.optimisers:
             optimiser.step()
         return float(loss.detach())

@@ -24,6 +24,7 @@ With ``compression_weight=1`` and no stop-gradient on the trunk this is the plai
 
 from __future__ import annotations
 
+from dataclasses import replace
 from numbers import Real
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -32,8 +33,8 @@ import numpy as np
 from demitasse.arrays import DEFAULT_CHUNK_ROWS, as_matrix, check_finite
 from demitasse.compress._estimator import Interval
 from demitasse.compress.base import register_compressor
-from demitasse.compress.learned import LearnedCompressor
-from demitasse.compress.params import Integers
+from demitasse.compress.learned import DEFAULT_TRAINING, LearnedCompressor, TrainingSettings
+from demitasse.compress.params import Integers, ParamGroup
 from demitasse.errors import DataError
 
 if TYPE_CHECKING:
@@ -108,6 +109,9 @@ class MCR2(LearnedCompressor):
     paired with itself and the two views differ only by ``input_dropout`` (NMCE-style
     augmentation). Early stopping watches the same objective on a held-out
     ``validation_fraction`` of the pairs, computed with the noiseless softmax membership.
+    ``training`` holds the trainer's settings
+    (:class:`~demitasse.compress.learned.TrainingSettings`); those it leaves None are batches
+    of 512 rows, at most 30 epochs, patience 11 and the learned compressors' other defaults.
 
     The output has one fixed width (``matryoshka = False``): the features are normalised and
     trained at ``dim``, so a prefix is not a smaller MCR² embedding; fit one head per width.
@@ -131,7 +135,14 @@ class MCR2(LearnedCompressor):
         "similarity_weight": [Interval(Real, 0, None, closed="left")],
         "input_dropout": [Interval(Real, 0, 1, closed="left")],
         "compression_weight": [Interval(Real, 0, None, closed="left")],
-        "batch_size": [Integers(4)],  # the coding rates need a few rows per batch
+    }
+    #: The trainer's defaults here: larger batches (the coding rates are estimated from each
+    #: batch), more epochs and more patience than the other learned compressors take.
+    _param_groups: ClassVar[dict[str, ParamGroup]] = {
+        "training": replace(DEFAULT_TRAINING, batch_size=512, max_epochs=30, patience=11)
+    }
+    _group_constraints: ClassVar[dict[str, dict[str, list[Any]]]] = {
+        "training": {"batch_size": [Integers(4)]}  # the coding rates need a few rows per batch
     }
     # The shared trainer's CoSENT / rank / related-pair terms are not part of this objective.
     cosent_weight: float = 0.0
@@ -150,15 +161,7 @@ class MCR2(LearnedCompressor):
         input_dropout: float = 0.1,
         compression_weight: float = 0.5,
         rotate: bool = True,
-        batch_size: int = 512,
-        max_epochs: int = 30,
-        patience: int = 11,
-        learning_rate: float = 1e-3,
-        weight_decay: float = 0.0,
-        validation_fraction: float = 0.1,
-        seed: int = 0,
-        device: str = "auto",
-        progress: bool = False,
+        training: TrainingSettings | None = None,
     ) -> None:
         self.dim = dim
         self.n_clusters = n_clusters
@@ -169,15 +172,7 @@ class MCR2(LearnedCompressor):
         self.input_dropout = input_dropout
         self.compression_weight = compression_weight
         self.rotate = rotate
-        self.batch_size = batch_size
-        self.max_epochs = max_epochs
-        self.patience = patience
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.validation_fraction = validation_fraction
-        self.seed = seed
-        self.device = device
-        self.progress = progress
+        self.training = training
 
     # ---- supervision -------------------------------------------------------------------------
 

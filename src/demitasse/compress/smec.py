@@ -1,6 +1,7 @@
 """SMEC (Zhang et al., 2025): sequential Matryoshka compression of frozen embeddings.
 
-Three parts, each switchable for ablation:
+Three parts, each switchable for ablation (the switches and the other research settings are
+one hyperparameter, ``variant=SMECVariant(...)``: :class:`SMECVariant`):
 
 * **SMRL** (``smrl``): the compressor is a chain of stages ``D → d₁ → d₂ → …`` along halvings of
   the width. Stage s is trained alone, on the frozen output of stage s−1, until its validation
@@ -36,9 +37,9 @@ Which mode is better depends on the data: on MiniLM, STS-B dev and SICK trial pr
 ``nested_stages`` + ``refresh_memory`` for unlabeled sentences and the defaults with a CoSENT
 term on scored pairs (``benchmarks/learned_compressors.py`` records the comparison).
 
-With ``record_gradients=True``, ``history_`` lists per-step gradient statistics of the trained
-stages (loss, squared gradient norms, gradient variance over windows of steps) for analyses
-such as sequential vs parallel training; the fitted compressor is the same either way.
+Analyses that look inside training, such as the gradient variance of sequential vs parallel
+training (``benchmarks/smec_analyses.py``), hook into each step through
+:meth:`~demitasse.compress.learned.LearnedCompressor._after_backward`.
 
 Loss of a stage (fixed weights): in-batch all-pairs similarity gap + in-batch top-k gap and/or
 memory neighbour gap (see S-XBM), averaged over the stage's training widths; plus
@@ -52,6 +53,7 @@ query–document relevance, at each stage's width. That objective and the S-XBM 
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from numbers import Real
 from typing import TYPE_CHECKING, Any, ClassVar, Self, cast
 
@@ -60,8 +62,8 @@ import numpy as np
 from demitasse.arrays import is_int
 from demitasse.compress._estimator import Interval, StrOptions
 from demitasse.compress.base import register_compressor
-from demitasse.compress.learned import LearnedCompressor, halving_dims
-from demitasse.compress.params import Integers
+from demitasse.compress.learned import LearnedCompressor, TrainingSettings, halving_dims
+from demitasse.compress.params import Integers, ParamGroup
 from demitasse.compress.smec_objective import EmbeddingMemory, GroupObjective
 from demitasse.errors import CompressorError
 
@@ -71,7 +73,7 @@ if TYPE_CHECKING:
     from demitasse.compress.folding import Plan, Rotation
     from demitasse.compress.smec_stage import SelectionStage, WidthNetwork
 
-__all__ = ["SMEC", "EmbeddingMemory"]
+__all__ = ["SMEC", "EmbeddingMemory", "SMECVariant"]
 
 # Importance logits start at a standardised prior (log-variance or position) × this: the
 # prior's top dimensions are selected first, and training can still overturn it.
@@ -84,24 +86,40 @@ def _standardised(values: torch.Tensor) -> torch.Tensor:
     return (values - values.mean()) / values.std().clamp_min(1e-6)
 
 
-@register_compressor
-class SMEC(LearnedCompressor):
-    """Sequential Matryoshka embedding compression (SMRL + ADS + S-XBM); see the module doc.
-
-    Stages run along ``dim, dim/2, …, min_dim`` (``dim`` defaults to half the input width).
-    ``transform(X, dim=k)`` runs the chain to the smallest stage of width >= k and keeps its
-    first k outputs, so every stage width is exact and widths between stages are prefixes.
-    With ``inference="distilled"`` (the default) each stage width also gets a two-layer network
-    (hidden ``distilled_hidden_dim``) fitted to the trained chain's output at that width, and
-    ``transform`` runs that network instead of the chain: one hidden layer however deep the
-    chain (``chain_transform`` still runs the chain).
+@dataclass(frozen=True, repr=False)
+class SMECVariant(ParamGroup):
+    """Which SMEC: its parts switched on or off and the research settings of each (see the
+    module doc), one hyperparameter of :class:`SMEC`. The defaults are the method as shipped
+    (the paper's three parts, the chain distilled for inference); None stands for them. By name
+    (``make_compressor``, ``smec:key=value`` on the command line) each field may also be given
+    on its own: ``make_compressor("smec", nested_stages=True, refresh_memory=True)``.
     """
 
-    method: ClassVar[str] = "smec"
-    scalar_state: ClassVar[tuple[str, ...]] = ("stage_dims_",)
-    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
-        **LearnedCompressor._parameter_constraints,
-        **{name: [Integers(1)] for name in ("min_dim", "memory_size", "topk", "hidden_dim")},
+    #: SMRL: train the stages one at a time (False: all at once, parallel Matryoshka).
+    smrl: bool = True
+    #: ADS: learn which input dimensions each stage keeps (False: the first ``d_s``).
+    ads: bool = True
+    #: S-XBM: the memory of earlier batches' embeddings, and how many it holds.
+    xbm: bool = True
+    memory_size: int = 5000
+    #: Compress the memory's neighbours again at each step, instead of keeping their stale
+    #: outputs; with ``memory_gradients`` false, without their backward pass.
+    refresh_memory: bool = False
+    memory_gradients: bool = True
+    #: Train each stage at every halving of its width too, a later stage starting as a
+    #: pass-through of the previous one's prefix.
+    nested_stages: bool = False
+    #: ADS: the relaxed selection's temperature, the importance logits' step and their start
+    #: ("variance": the log-variance of each input, "uniform").
+    temperature: float = 0.5
+    ads_learning_rate: float = 0.05
+    ads_prior: str = "variance"
+    #: "distilled": ``transform`` runs one two-layer network per stage width (hidden
+    #: ``distilled_hidden_dim``) fitted to the chain's output; "chain": the chain itself.
+    inference: str = "distilled"
+    distilled_hidden_dim: int = 128
+
+    constraints: ClassVar[dict[str, list[Any]]] = {
         **{
             name: ["boolean"]
             for name in (
@@ -111,9 +129,9 @@ class SMEC(LearnedCompressor):
                 "refresh_memory",
                 "memory_gradients",
                 "nested_stages",
-                "record_gradients",
             )
         },
+        "memory_size": [Integers(1)],
         "temperature": [Interval(Real, 0, None, closed="neither")],
         "ads_learning_rate": [Interval(Real, 0, None, closed="neither")],
         "ads_prior": [StrOptions({"variance", "uniform"})],
@@ -121,66 +139,65 @@ class SMEC(LearnedCompressor):
         "distilled_hidden_dim": [Integers(1)],
     }
 
+
+@register_compressor
+class SMEC(LearnedCompressor):
+    """Sequential Matryoshka embedding compression (SMRL + ADS + S-XBM); see the module doc.
+
+    Stages run along ``dim, dim/2, …, min_dim`` (``dim`` defaults to half the input width);
+    each reduces with a linear map plus an MLP of width ``hidden_dim``, and the similarity loss
+    looks at each sample's ``topk`` neighbours. ``transform(X, dim=k)`` runs the chain to the
+    smallest stage of width >= k and keeps its first k outputs, so every stage width is exact
+    and widths between stages are prefixes. By default (``SMECVariant.inference``,
+    "distilled") each stage width also gets a two-layer network fitted to the trained chain's
+    output at that width, and ``transform`` runs that network instead of the chain: one hidden
+    layer however deep the chain (``chain_transform`` still runs the chain).
+
+    ``variant`` holds the parts and research settings (:class:`SMECVariant`), ``training`` the
+    trainer's settings (:class:`~demitasse.compress.learned.TrainingSettings`); None stands
+    for their defaults.
+    """
+
+    method: ClassVar[str] = "smec"
+    scalar_state: ClassVar[tuple[str, ...]] = ("stage_dims_",)
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        **LearnedCompressor._parameter_constraints,
+        **{name: [Integers(1)] for name in ("min_dim", "topk", "hidden_dim")},
+        "variant": [SMECVariant, None],
+    }
+    _param_groups: ClassVar[dict[str, ParamGroup]] = {
+        **LearnedCompressor._param_groups,
+        "variant": SMECVariant(),
+    }
+
     def __init__(
         self,
         dim: int | None = None,
         min_dim: int = 8,
-        smrl: bool = True,
-        ads: bool = True,
-        xbm: bool = True,
-        memory_size: int = 5000,
-        refresh_memory: bool = False,
-        memory_gradients: bool = True,
-        nested_stages: bool = False,
-        topk: int = 10,
         hidden_dim: int = 512,
-        temperature: float = 0.5,
-        ads_learning_rate: float = 0.05,
-        ads_prior: str = "variance",
-        inference: str = "distilled",
-        distilled_hidden_dim: int = 128,
+        topk: int = 10,
         cosent_weight: float = 1.0,
         rank_weight: float = 1.0,
         related_weight: float = 1.0,
         pairwise_weight: float = 1.0,
         rotate: bool = True,
-        batch_size: int = 256,
-        max_epochs: int = 20,
-        patience: int = 3,
-        learning_rate: float = 1e-3,
-        weight_decay: float = 0.0,
-        validation_fraction: float = 0.1,
-        seed: int = 0,
-        device: str = "auto",
-        progress: bool = False,
-        record_gradients: bool = False,
+        variant: SMECVariant | None = None,
+        training: TrainingSettings | None = None,
     ) -> None:
         self.dim = dim
         self.min_dim = min_dim
-        self.smrl = smrl
-        self.ads = ads
-        self.xbm = xbm
-        self.memory_size = memory_size
-        self.refresh_memory, self.memory_gradients = refresh_memory, memory_gradients
-        self.nested_stages = nested_stages
-        self.topk = topk
         self.hidden_dim = hidden_dim
-        self.temperature, self.ads_learning_rate = temperature, ads_learning_rate
-        self.ads_prior = ads_prior
-        self.inference, self.distilled_hidden_dim = inference, distilled_hidden_dim
+        self.topk = topk
         self.cosent_weight, self.rank_weight = cosent_weight, rank_weight
         self.related_weight, self.pairwise_weight = related_weight, pairwise_weight
         self.rotate = rotate
-        self.batch_size = batch_size
-        self.max_epochs = max_epochs
-        self.patience = patience
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.validation_fraction = validation_fraction
-        self.seed = seed
-        self.device = device
-        self.progress = progress
-        self.record_gradients = record_gradients
+        self.variant = variant
+        self.training = training
+
+    @property
+    def _variant(self) -> SMECVariant:
+        """The parts and research settings: ``variant``, or the defaults for None."""
+        return cast("SMECVariant", self._group("variant"))
 
     def _initial_output_dim(self, n_features: int) -> int:
         if self.dim is None:
@@ -197,10 +214,11 @@ class SMEC(LearnedCompressor):
         from demitasse.compress.smec_stage import SelectionStage, WidthNetwork
 
         d = self.n_features_in_
+        variant = self._variant
         widths = [d, *self.stage_dims_]
         stages = [
             SelectionStage(
-                d_in, d_out, d, int(self.hidden_dim), bool(self.ads), float(self.temperature)
+                d_in, d_out, d, int(self.hidden_dim), bool(variant.ads), float(variant.temperature)
             )
             for d_in, d_out in itertools.pairwise(widths)
         ]
@@ -208,8 +226,8 @@ class SMEC(LearnedCompressor):
         # with or without them.
         with torch.random.fork_rng(devices=[]):
             students = [
-                WidthNetwork(d, width, int(self.distilled_hidden_dim))
-                for width in (self.stage_dims_ if self.inference == "distilled" else [])
+                WidthNetwork(d, width, int(variant.distilled_hidden_dim))
+                for width in (self.stage_dims_ if variant.inference == "distilled" else [])
             ]
         return torch.nn.ModuleList([*stages, *students])
 
@@ -225,7 +243,7 @@ class SMEC(LearnedCompressor):
 
     def _encode(self, U: torch.Tensor, dim: int) -> torch.Tensor:
         chain = self._chain(dim)
-        if self.inference == "distilled":
+        if self._variant.inference == "distilled":
             return self._width_networks()[len(chain) - 1](U)[:, :dim]
         h = U
         for stage in chain:
@@ -259,7 +277,7 @@ class SMEC(LearnedCompressor):
         from demitasse.compress.folding import smec_plan, width_network_plan
 
         chain = self._chain(dim)
-        if self.inference == "distilled":
+        if self._variant.inference == "distilled":
             return width_network_plan(rotation, self._width_networks()[len(chain) - 1], dim)
         return smec_plan(rotation, chain, dim)
 
@@ -280,13 +298,11 @@ class SMEC(LearnedCompressor):
 
     def _fit(self, X: np.ndarray, **supervision: Any) -> None:
         self.stage_dims_ = halving_dims(self.output_dim_, min(int(self.min_dim), self.output_dim_))
-        if self.record_gradients:
-            self.history_: list[dict[str, Any]] = []
         super()._fit(X, **supervision)
 
     def _train(self, U: torch.Tensor, X: torch.Tensor) -> None:
         self._train_stages(U, X, first=0)
-        if self.inference == "distilled":
+        if self._variant.inference == "distilled":
             self._distil_widths(U)
 
     def _train_stages(self, U: torch.Tensor, X: torch.Tensor, first: int) -> None:
@@ -300,7 +316,7 @@ class SMEC(LearnedCompressor):
             H = U
             for stage in stages[:first]:
                 H = stage(H, U)
-        if self.smrl:
+        if self._variant.smrl:
             for index in range(first, len(stages)):
                 self._train_group(stages[:index], stages[index : index + 1], H, U, X)
                 stages[index].requires_grad_(False).eval()
@@ -343,7 +359,7 @@ class SMEC(LearnedCompressor):
                 [{"params": student.parameters()}],
                 batch_loss,
                 f"smec: distilling width {stage.d_out}",
-                record=False,  # history_ is about the stages' training
+                observed=False,  # the step hook sees the stages' training
             )
             student.requires_grad_(False).eval()
 
@@ -378,7 +394,7 @@ class SMEC(LearnedCompressor):
             biggest = axes.abs().argmax(dim=1)
             axes *= axes[torch.arange(stage.d_out), biggest].sign().unsqueeze(1)
             stage.linear.weight.copy_(axes.to(stage.linear.weight.dtype))
-            if self.ads_prior == "variance":
+            if self._variant.ads_prior == "variance":
                 log_var = rows.var(dim=0).clamp_min(1e-12).log()
                 stage.logits.copy_(_standardised(log_var) * _PRIOR_SCALE)
 
@@ -411,7 +427,7 @@ class SMEC(LearnedCompressor):
             h = H
             previous = frozen[-1] if frozen else None
             for stage in trained:
-                passthrough = previous is not None and bool(self.nested_stages)
+                passthrough = previous is not None and bool(self._variant.nested_stages)
                 self._init_stage(stage, h, passthrough=passthrough)
                 if previous is not None:
                     # Features of the backbone embedding carry over from the previous width:
@@ -433,7 +449,7 @@ class SMEC(LearnedCompressor):
                 groups.append(
                     {
                         "params": [stage.logits],
-                        "lr": float(self.ads_learning_rate),
+                        "lr": float(self._variant.ads_learning_rate),
                         "max_normalized": True,
                     }
                 )
@@ -441,7 +457,7 @@ class SMEC(LearnedCompressor):
 
     def _prefix_widths(self, width: int) -> list[int]:
         """Widths a stage of output ``width`` is trained at (nested: also its halvings)."""
-        if not self.nested_stages:
+        if not self._variant.nested_stages:
             return [width]
         return halving_dims(width, min(int(self.min_dim), width))
 
@@ -479,11 +495,8 @@ class SMEC(LearnedCompressor):
         if unknown:
             raise CompressorError(f"smec: unknown fit argument(s) {', '.join(unknown)}")
         X = self._fitted_width_input(X, 8192)
-        torch.manual_seed(self.seed)
-        self._generator = torch.Generator().manual_seed(self.seed)
+        self._seed_torch()
         self._torch_device = self._pick_device()
-        if self.record_gradients:
-            self.history_ = []
         n_trained = len(self.stage_dims_)
         # Width networks fitted before are kept; without them, every width is distilled.
         first_width = n_trained if self._width_networks() else 0
@@ -499,7 +512,7 @@ class SMEC(LearnedCompressor):
         self._split_rows(X.shape[0])
         U = self._rotate(X_t)
         self._train_stages(U, X_t, first=n_trained)
-        if self.inference == "distilled":
+        if self._variant.inference == "distilled":
             self._distil_widths(U, first_width)
         self.network_.eval().cpu()
         self._supervised = {}

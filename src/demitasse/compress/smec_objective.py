@@ -95,7 +95,8 @@ class GroupObjective:
     ) -> None:
         self.smec, self.frozen, self.trained = smec, frozen, trained
         self.H, self.U, self.X = H, U, X
-        self.memory = EmbeddingMemory(int(smec.memory_size)) if smec.xbm else None
+        self.variant = variant = smec._variant
+        self.memory = EmbeddingMemory(int(variant.memory_size)) if variant.xbm else None
         self.k = int(smec.topk)
 
     def chain(self, h: torch.Tensor, u: torch.Tensor) -> list[torch.Tensor]:
@@ -122,14 +123,14 @@ class GroupObjective:
         x = self.X[rows]
         outputs, neighbours = self._compress(rows, self._nearest(x) if training else None)
         # Stale neighbours replace the in-batch top-k; refreshed ones are added to it.
-        in_batch_topk = bool(self.smec.refresh_memory) or neighbours is None
+        in_batch_topk = bool(self.variant.refresh_memory) or neighbours is None
         terms = [
             self._stage_loss(index, reduced, x, neighbours, in_batch_topk)
             for index, reduced in enumerate(outputs)
         ]
         loss = torch.stack(terms).mean() + self.smec.supervised_loss(self.from_rotated, training)
         if training and self.memory is not None:
-            payload = [rows] if self.smec.refresh_memory else outputs
+            payload = [rows] if self.variant.refresh_memory else outputs
             self.memory.push(torch.nn.functional.normalize(x, dim=1), *payload)
         return loss
 
@@ -153,7 +154,7 @@ class GroupObjective:
         if nearest is None or self.memory is None:
             return self.chain(H[rows], U[rows]), None
         stored_x, *stored = self.memory.stored()
-        if not self.smec.refresh_memory:  # as in XBM: compressed when stored, a few steps stale
+        if not self.variant.refresh_memory:  # as in XBM: compressed when stored, a few steps stale
             neighbours = Neighbours(stored_x[nearest], [payload[nearest] for payload in stored])
             return self.chain(H[rows], U[rows]), neighbours
         # The backbone is frozen, so a stored embedding never goes stale: neighbours are
@@ -163,7 +164,7 @@ class GroupObjective:
         n = len(rows)
         for stage in self.trained:
             stage.soft_rows = n  # the ADS term reads the batch's rows only
-            stage.gradient_rows = None if self.smec.memory_gradients else n
+            stage.gradient_rows = None if self.variant.memory_gradients else n
         try:
             outputs = self.chain(H[everything], U[everything])
         finally:
