@@ -1,13 +1,30 @@
 """demitasse: smaller, faster sentence embeddings, with proof of what quality was kept."""
 
-from demitasse.errors import CompressorError, DataError, DemitasseError, ModelNotFoundError
+from demitasse.errors import (
+    CompressorError,
+    DataError,
+    DemitasseError,
+    IncompatibleInputError,
+    ModelNotFoundError,
+    NotFittedError,
+    ParameterError,
+    SavedStateError,
+    UnknownCompressionNameError,
+    UnknownNameError,
+)
 
 __all__ = [
     "CompressedModel",
     "CompressorError",
     "DataError",
     "DemitasseError",
+    "IncompatibleInputError",
     "ModelNotFoundError",
+    "NotFittedError",
+    "ParameterError",
+    "SavedStateError",
+    "UnknownCompressionNameError",
+    "UnknownNameError",
     "load_encoder",
 ]
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from demitasse.errors import CompressorError, DataError, one_line
+from demitasse.errors import DataError, IncompatibleInputError, ParameterError, one_line
 
 DEFAULT_CHUNK_ROWS = 65536
 
@@ -83,7 +83,7 @@ def as_matrix(X: Any, name: str = "X") -> np.ndarray:
 
 def check_chunk_rows(chunk_rows: Any) -> int:
     if not is_int(chunk_rows) or chunk_rows < 1:
-        raise CompressorError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
+        raise ParameterError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
     return int(chunk_rows)
 
 
@@ -151,13 +151,13 @@ def check_out(out: Any, shape: tuple[int, int], dtype: DTypeLike) -> np.ndarray:
     """Validate a caller-supplied output buffer (e.g. a float32 memmap)."""
     dtype = np.dtype(dtype)
     if not isinstance(out, np.ndarray):
-        raise CompressorError(f"out must be a numpy array, got {type(out).__name__}")
+        raise IncompatibleInputError(f"out must be a numpy array, got {type(out).__name__}")
     if out.shape != shape or out.dtype != dtype:
-        raise CompressorError(
+        raise IncompatibleInputError(
             f"out must have shape {shape} and dtype {dtype}, got {out.shape} {out.dtype}"
         )
     if not out.flags.writeable:
-        raise CompressorError("out is read-only")
+        raise IncompatibleInputError("out is read-only")
     return out
 
 

@@ -2,8 +2,29 @@
 
 Anything a user can cause (bad files, bad options, unknown models) raises a subclass of
 :class:`DemitasseError` with a one-line message; the CLI prints it and exits with code 2.
-:class:`DataError` and :class:`CompressorError` are also ``ValueError``s, the type
-scikit-learn (and its estimator checks) expect for bad input to an estimator.
+The type names the kind of mistake::
+
+    DemitasseError
+    ├── DataError                 missing, empty or malformed data files or arrays
+    ├── ModelNotFoundError        a model name that resolves to nothing loadable
+    ├── UnknownNameError          a name outside its vocabulary (a metric, a backend, an engine)
+    ├── CompressorError           a misused compressor, quantiser or compressed model:
+    │   ├── UnknownCompressionNameError  an unknown precision or compressor (an
+    │   │                                UnknownNameError too)
+    │   ├── ParameterError        a hyperparameter or option outside its valid values
+    │   ├── NotFittedError        a compressor, quantiser or model used before it is fitted
+    │   ├── SavedStateError       a saved directory that is missing, not what was asked for,
+    │   │                         truncated, of another format version or inconsistent
+    │   └── IncompatibleInputError  vectors or codes of another width, shape or dtype than
+    │                               a fitted part takes (a DataError too)
+    ├── ExportError               a model that cannot be exported as asked
+    └── MissingExtraError         an optional library that is not installed (an ImportError)
+
+:class:`DataError`, :class:`UnknownNameError` and :class:`CompressorError` (with its kinds)
+are also ``ValueError``s, the type scikit-learn (and its estimator checks) expect for bad input
+to an estimator; :class:`NotFittedError` is an ``AttributeError`` too, as scikit-learn's is
+(and, raised by a compressor or quantiser where scikit-learn is installed, scikit-learn's
+``NotFittedError`` itself).
 """
 
 from __future__ import annotations
@@ -37,8 +58,41 @@ class ModelNotFoundError(DemitasseError):
     """A model name that resolves to nothing loadable."""
 
 
+class UnknownNameError(DemitasseError, ValueError):
+    """A name that is not in its vocabulary: a precision, compressor, format or method that
+    does not exist (the message lists those that do)."""
+
+
 class CompressorError(DemitasseError, ValueError):
-    """Invalid use of a compressor, or a corrupt saved compressor."""
+    """Invalid use of a compressor, a quantiser or a compressed model: the base of the kinds
+    below (catch it to catch them all), raised itself for a misuse none of them names."""
+
+
+class UnknownCompressionNameError(UnknownNameError, CompressorError):
+    """A precision or compressor name that the registries do not hold: an unknown name, and a
+    misused compressor (so that ``except CompressorError`` catches every bad precision, an
+    unknown name as a size out of range)."""
+
+
+class ParameterError(CompressorError):
+    """A hyperparameter or option whose value is outside what it accepts, or an argument it
+    does not take."""
+
+
+class NotFittedError(CompressorError, AttributeError):
+    """A compressor, quantiser or model used before it is fitted (scikit-learn's
+    ``NotFittedError`` semantics: a ``ValueError`` and an ``AttributeError``)."""
+
+
+class SavedStateError(CompressorError):
+    """A saved directory or file that is missing, holds another kind of object than asked for,
+    is truncated or corrupt, was written in another format version, or contradicts itself."""
+
+
+class IncompatibleInputError(CompressorError, DataError):
+    """Vectors or codes that a compressor, quantiser or index cannot take: another width than
+    it was fitted on (or too few columns to fit it), codes of another shape or dtype than it
+    makes."""
 
 
 class ExportError(DemitasseError):

@@ -17,7 +17,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from demitasse.arrays import is_int, non_finite_array
-from demitasse.errors import CompressorError, one_line
+from demitasse.errors import CompressorError, SavedStateError, one_line
 from demitasse.io import atomic_directory, check_directory_target, read_json
 
 CONFIG_FILE = "config.json"
@@ -79,39 +79,39 @@ def write_saved(
 
 def read_config(path: str | Path, what: str) -> dict[str, Any]:
     """``path/config.json`` of a saved ``what``, parsed strictly (no NaN, no integer too large
-    for a float, no nesting deep enough to crash), or a one-line CompressorError."""
+    for a float, no nesting deep enough to crash), or a one-line SavedStateError."""
     path = Path(path)
     if not path.exists():
-        raise CompressorError(f"no saved {what} at {path}")
+        raise SavedStateError(f"no saved {what} at {path}")
     if not path.is_dir():
-        raise CompressorError(f"{path} is not a directory; a saved {what} is a directory")
+        raise SavedStateError(f"{path} is not a directory; a saved {what} is a directory")
     config_path = path / CONFIG_FILE
     if not config_path.is_file():
-        raise CompressorError(f"{path} has no {CONFIG_FILE}; it is not a saved {what}")
+        raise SavedStateError(f"{path} has no {CONFIG_FILE}; it is not a saved {what}")
     try:
         config = read_json(config_path)
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: {one_line(exc)}") from None
+        raise SavedStateError(f"invalid {CONFIG_FILE} in {path}: {one_line(exc)}") from None
     if not isinstance(config, dict):
-        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: expected a JSON object")
+        raise SavedStateError(f"invalid {CONFIG_FILE} in {path}: expected a JSON object")
     return config
 
 
 def read_saved(path: str | Path, what: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Read a saved directory, raising a one-line CompressorError for anything wrong."""
+    """Read a saved directory, raising a one-line SavedStateError for anything wrong."""
     path = Path(path)
     config = read_config(path, what)
     state_path = path / STATE_FILE
     if not state_path.is_file():
-        raise CompressorError(f"{path} has no {STATE_FILE}; the save is incomplete")
+        raise SavedStateError(f"{path} has no {STATE_FILE}; the save is incomplete")
     try:
         # Copy out of the memory map so the directory can be replaced while we hold the arrays.
         arrays = {k: np.array(v) for k, v in load_file(str(state_path)).items()}
     except (SafetensorError, OSError, ValueError) as exc:
-        raise CompressorError(f"corrupt {STATE_FILE} in {path}: {one_line(exc)}") from None
+        raise SavedStateError(f"corrupt {STATE_FILE} in {path}: {one_line(exc)}") from None
     bad = non_finite_array(arrays)
     if bad is not None:
-        raise CompressorError(f"corrupt {STATE_FILE} in {path}: {bad} holds NaN or inf")
+        raise SavedStateError(f"corrupt {STATE_FILE} in {path}: {bad} holds NaN or inf")
     return config, arrays
 
 
@@ -120,7 +120,7 @@ def require(config: dict[str, Any], key: str, kind: str, path: str | Path) -> An
     optional = kind.endswith("?")
     base = kind.rstrip("?")
     if key not in config:
-        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: missing key {key!r}")
+        raise SavedStateError(f"invalid {CONFIG_FILE} in {path}: missing key {key!r}")
     value = config[key]
     if value is None and optional:
         return None
@@ -131,7 +131,7 @@ def require(config: dict[str, Any], key: str, kind: str, path: str | Path) -> An
         "bool": isinstance(value, bool),
     }[base]
     if not ok:
-        raise CompressorError(
+        raise SavedStateError(
             f"invalid {CONFIG_FILE} in {path}: {key!r} should be {base}, got {value!r}"
         )
     return value
@@ -145,15 +145,15 @@ def check_state_shapes(
     extra = sorted(set(arrays) - set(expected))
     if missing or extra:
         detail = ", ".join([f"missing {n}" for n in missing] + [f"unexpected {n}" for n in extra])
-        raise CompressorError(f"{STATE_FILE} in {path} does not match {CONFIG_FILE}: {detail}")
+        raise SavedStateError(f"{STATE_FILE} in {path} does not match {CONFIG_FILE}: {detail}")
     for name, shape in expected.items():
         if arrays[name].shape != tuple(shape):
-            raise CompressorError(
+            raise SavedStateError(
                 f"{STATE_FILE} in {path} does not match {CONFIG_FILE}: {name} has shape "
                 f"{arrays[name].shape}, expected {tuple(shape)}"
             )
         if arrays[name].dtype.kind not in "fiu":
-            raise CompressorError(
+            raise SavedStateError(
                 f"{STATE_FILE} in {path}: {name} has non-numeric dtype {arrays[name].dtype}"
             )
 
@@ -161,14 +161,14 @@ def check_state_shapes(
 def check_version(saved: int, supported: int, name: str, path: str | Path) -> None:
     """Refuse, in one line, a part saved in another format version than this demitasse's."""
     if saved > supported:
-        raise CompressorError(
+        raise SavedStateError(
             f"{path} was saved by a newer demitasse ({name} format version {saved}; "
             f"this one reads {supported}); upgrade demitasse"
         )
     if saved < 1:
-        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: version {saved} < 1")
+        raise SavedStateError(f"invalid {CONFIG_FILE} in {path}: version {saved} < 1")
     if saved != supported:
-        raise CompressorError(
+        raise SavedStateError(
             f"{path} was saved in {name} format version {saved}; this demitasse reads "
             f"version {supported}: fit it again"
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
-from demitasse.errors import CompressorError
+from demitasse.errors import UnknownCompressionNameError
 
 T = TypeVar("T", bound=type)
 
@@ -34,6 +34,6 @@ class Registry(Generic[T]):
         try:
             return self._classes[name]
         except KeyError:
-            raise CompressorError(
+            raise UnknownCompressionNameError(
                 f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}"
             ) from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from demitasse.compress import CodebookQuantizer
+from demitasse.errors import UnknownNameError
 from demitasse.scan_kernel import compiled_top_k
 
 #: Entries of a [queries × corpus] block of scores (or of code bytes compared, for Hamming)
@@ -55,7 +56,7 @@ class FlatIndex:
 
     def __init__(self, corpus: np.ndarray, metric: str) -> None:
         if metric not in ("ip", "l2", "hamming"):
-            raise ValueError(f"unknown flat index metric {metric!r}")
+            raise UnknownNameError(f"unknown flat index metric {metric!r}")
         self.metric = metric
         self.corpus = np.ascontiguousarray(corpus)
         self._squared_norms = (

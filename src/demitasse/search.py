@@ -42,7 +42,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from demitasse.compress import CodebookQuantizer, Int8Quantizer, Quantizer
-from demitasse.errors import DataError
+from demitasse.errors import DataError, IncompatibleInputError, UnknownNameError
 from demitasse.scan import POPCOUNT, AsymmetricScan, FlatIndex, best_first
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def faiss_or_none() -> ModuleType | None:
 
 def _check_metric(metric: str) -> None:
     if metric not in SEARCH_METRICS:
-        raise DataError(
+        raise UnknownNameError(
             f"unknown search metric {metric!r}; choose from {', '.join(SEARCH_METRICS)}"
         )
 
@@ -110,7 +110,7 @@ def _check_pair(queries: np.ndarray, corpus: np.ndarray) -> None:
         if not isinstance(array, np.ndarray) or array.ndim != 2 or 0 in array.shape:
             raise DataError(f"{what} must be a non-empty 2-D array")
     if queries.shape[1] != corpus.shape[1]:
-        raise DataError(
+        raise IncompatibleInputError(
             f"queries have {queries.shape[1]} columns but the corpus has {corpus.shape[1]}"
         )
 
@@ -281,13 +281,13 @@ class QuantizedIndex:
         rescore_quantizer: Quantizer | None = None,
     ) -> None:
         if metric_space not in METRIC_SPACES:
-            raise DataError(
+            raise UnknownNameError(
                 f"unknown metric_space {metric_space!r}; choose from {', '.join(METRIC_SPACES)}"
             )
         if not isinstance(codes, np.ndarray) or codes.ndim != 2 or 0 in codes.shape:
             raise DataError("codes must be a non-empty 2-D array from quantizer.quantize()")
         if codes.dtype != quantizer.code_dtype:
-            raise DataError(
+            raise IncompatibleInputError(
                 f"codes are {codes.dtype}, but {quantizer.precision} codes are "
                 f"{quantizer.code_dtype}; pass quantizer.quantize(documents)"
             )
@@ -317,7 +317,7 @@ class QuantizedIndex:
         if not isinstance(vectors, np.ndarray) or vectors.ndim != 2:
             raise DataError("rescore_vectors must be a 2-D array")
         if vectors.shape[0] != self.codes.shape[0]:
-            raise DataError(
+            raise IncompatibleInputError(
                 f"rescore_vectors have {vectors.shape[0]} rows for {self.codes.shape[0]} documents"
             )
         if vectors.dtype == np.int8:
@@ -397,7 +397,7 @@ class QuantizedIndex:
             )
         codes = self.quantizer.quantize(_check_floats(queries, "queries"))
         if codes.shape[1] != self.codes.shape[1]:
-            raise DataError(
+            raise IncompatibleInputError(
                 f"queries have {queries.shape[1]} columns, which make codes {codes.shape[1]} "
                 f"wide; the documents' are {self.codes.shape[1]}"
             )
@@ -440,12 +440,14 @@ class QuantizedIndex:
         width = self.rescore_vectors.shape[1]
         queries = _check_floats(rescore_queries, "rescore_queries")
         if queries.shape[1] != width:
-            raise DataError(
+            raise IncompatibleInputError(
                 f"rescore_queries have {queries.shape[1]} columns; the kept document vectors "
                 f"have {width}"
             )
         if queries.shape[0] != rows.shape[0]:
-            raise DataError(f"{queries.shape[0]} rescore_queries for {rows.shape[0]} queries")
+            raise IncompatibleInputError(
+                f"{queries.shape[0]} rescore_queries for {rows.shape[0]} queries"
+            )
         if self.metric_space == "cosine":
             queries = _as_float_vectors(queries, "cosine", "rescore_queries")
         scores = np.empty(rows.shape, np.float32)

@@ -34,17 +34,21 @@ from demitasse.compress import (
     MatryoshkaAdaptor,
     Pooler,
     RandomProjection,
+    SMECVariant,
+    TrainingSettings,
     Truncate,
     compressor_names,
     load_compressor,
     make_compressor,
 )
+from demitasse.compress.base import built_compressor_names
 from demitasse.errors import CompressorError, DemitasseError
 from tests.helpers import assert_close32, correlated
 
 D = 24
 #: Learned compressors: a tiny network, two epochs, on the CPU.
-FAST = {"hidden_dim": 8, "batch_size": 16, "max_epochs": 2, "device": "cpu", "progress": False}
+TRAINING = TrainingSettings(batch_size=16, max_epochs=2, device="cpu", progress=False)
+FAST = {"hidden_dim": 8, "training": TRAINING}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -63,45 +67,9 @@ CHECKED: dict[str, Compressor] = {
     "isomap": Isomap(n_neighbors=5),
     "lle": LLE(n_neighbors=5),
     "adaptor": MatryoshkaAdaptor(min_dim=2, **FAST),
-    "smec": SMEC(min_dim=2, memory_size=64, topk=3, **FAST),
+    "smec": SMEC(min_dim=2, topk=3, variant=SMECVariant(memory_size=64), **FAST),
     "mcr2": MCR2(dim=None, n_clusters=2, **FAST),
-    "pooler": Pooler(),
 }
-
-_POOLER_FIT = (
-    "Pooler.fit raises by design: the head is trained with its encoder (demitasse.training) "
-    "and a Pooler is built from it by Pooler.from_head, so there is nothing to learn from X"
-)
-#: The checks that fit a pooler (the others, cloning, params, repr, input errors, pass).
-_POOLER_EXPECTED_FAILURES = dict.fromkeys(
-    (
-        "check_dict_unchanged",
-        "check_dont_overwrite_parameters",
-        "check_dtype_object",
-        "check_estimators_dtypes",
-        "check_estimators_fit_returns_self",
-        "check_estimators_nan_inf",
-        "check_estimators_overwrite_params",
-        "check_estimators_pickle",
-        "check_f_contiguous_array_estimator",
-        "check_fit2d_1feature",
-        "check_fit2d_predict1d",
-        "check_fit_check_is_fitted",
-        "check_fit_idempotent",
-        "check_fit_score_takes_y",
-        "check_methods_sample_order_invariance",
-        "check_methods_subset_invariance",
-        "check_n_features_in",
-        "check_n_features_in_after_fitting",
-        "check_pipeline_consistency",
-        "check_positive_only_tag_during_fit",
-        "check_readonly_memmap_input",
-        "check_transformer_data_not_an_array",
-        "check_transformer_general",
-        "check_transformer_preserve_dtypes",
-    ),
-    _POOLER_FIT,
-)
 _ONE_CLUSTER = (
     "the check sets n_clusters=1 (it takes any n_clusters for a clustering size), which MCR2 "
     "rejects: with one cluster the partition's coding rate is the whole rate, and the "
@@ -120,9 +88,7 @@ _MCR2_EXPECTED_FAILURES = dict.fromkeys(
 
 
 def expected_failed_checks(estimator: Compressor) -> dict[str, str]:
-    return {"pooler": _POOLER_EXPECTED_FAILURES, "mcr2": _MCR2_EXPECTED_FAILURES}.get(
-        estimator.method, {}
-    )
+    return {"mcr2": _MCR2_EXPECTED_FAILURES}.get(estimator.method, {})
 
 
 @parametrize_with_checks(
@@ -168,7 +134,7 @@ CONTRACT: list[Compressor] = [
     Isomap(dim=8, n_neighbors=8),
     LLE(dim=8, n_neighbors=8),
     MatryoshkaAdaptor(dim=16, min_dim=4, **FAST),
-    SMEC(dim=16, min_dim=4, memory_size=128, topk=5, **FAST),
+    SMEC(dim=16, min_dim=4, topk=5, variant=SMECVariant(memory_size=128), **FAST),
     MCR2(dim=8, n_clusters=3, **FAST),
     Pooler(dim=8),
 ]
@@ -208,7 +174,11 @@ def prefix_of(compressor: Compressor, k: int) -> int:
 def test_every_registered_compressor_is_covered():
     assert sorted(CHECKED) == compressor_names(), "add the new compressor to CHECKED"
     assert {c.method for c in CHECKED.values()} == set(CHECKED)
-    assert sorted({c.method for c in CONTRACT}) == compressor_names(), "... and to CONTRACT"
+    # A built compressor (a pooler) is no estimator: CONTRACT only, built by ``fit`` above.
+    assert "pooler" not in compressor_names() and built_compressor_names() == ["pooler"]
+    assert sorted({c.method for c in CONTRACT}) == sorted(
+        compressor_names() + built_compressor_names()
+    ), "... and to CONTRACT"
 
 
 @pytest.mark.parametrize("index", range(len(CONTRACT)), ids=IDS)
@@ -273,7 +243,7 @@ def test_save_load_is_bit_exact(index, tmp_path):
     ]
     config = json.loads((tmp_path / "c" / "config.json").read_text())
     assert config["method"] == compressor.method
-    assert config["params"] == compressor.get_params()
+    assert config["params"] == compressor.metadata["params"]  # a group as a dict of its fields
     assert list(config["params"]) == compressor._param_names()  # in __init__ order
     assert config["input_dim"] == D and config["output_dim"] == compressor.output_dim_
     assert config["matryoshka"] is compressor.matryoshka and config["fit_data"] == "synthetic"
@@ -339,3 +309,13 @@ def test_grid_search_tunes_the_output_width(labelled):
     assert search.best_params_ == {"c__dim": 8}
     assert search.best_estimator_.named_steps["c"].output_dim_ == 8
     assert pipe.named_steps["c"].dim == 8 and not pipe.named_steps["c"].is_fitted
+
+
+def test_grid_search_tunes_a_grouped_setting(labelled):
+    X_cls, y = labelled
+    adaptor = MatryoshkaAdaptor(dim=4, min_dim=4, **FAST)
+    pipe = Pipeline([("c", adaptor), ("lr", LogisticRegression())])
+    grid = {"c__training": [TRAINING, TrainingSettings(max_epochs=1, device="cpu")]}
+    search = GridSearchCV(pipe, grid, cv=2).fit(X_cls, y)
+    assert search.best_params_["c__training"] in grid["c__training"]
+    assert adaptor.training is TRAINING and not adaptor.is_fitted

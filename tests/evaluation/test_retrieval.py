@@ -14,7 +14,7 @@ import pytest
 from demitasse.cli.specs import parse_compressor_specs
 from demitasse.compress import make_quantizer
 from demitasse.data.beir import BeirDataset, load_beir
-from demitasse.errors import DataError
+from demitasse.errors import DataError, UnknownNameError
 from demitasse.evaluation.grid import evaluate_grid
 from demitasse.evaluation.ranking_metrics import (
     evaluate_run,
@@ -291,7 +291,7 @@ def test_search_rejects_mismatched_inputs() -> None:
         exact_search(floats, np.zeros((3, 4), np.float32))
     with pytest.raises(DataError, match="packed binary codes"):
         exact_search(floats, floats, metric="hamming")
-    with pytest.raises(DataError, match="unknown search metric"):
+    with pytest.raises(UnknownNameError, match="unknown search metric"):
         exact_search(floats, floats, metric="dot")
     with pytest.raises(DataError, match="k must be"):
         exact_search(floats, floats, k=0)

@@ -17,6 +17,7 @@ import pytest
 from demitasse.compress import (
     Compressor,
     Pooler,
+    built_compressor_names,
     compressor_names,
     make_compressor,
     make_quantizer,
@@ -103,7 +104,7 @@ def load_as_a_user(out: Path) -> Any:
     return SentenceTransformer(str(out), device="cpu", trust_remote_code=True)
 
 
-@pytest.mark.parametrize("name", compressor_names())
+@pytest.mark.parametrize("name", [*compressor_names(), *built_compressor_names()])
 def test_every_compressor_exports_to_what_demitasse_computes(
     name: str, tiny: Path, texts: list[str], vectors: np.ndarray, tmp_path: Path
 ) -> None:

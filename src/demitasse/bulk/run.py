@@ -12,7 +12,7 @@ from demitasse.bulk.job import EMBED, BulkJob, load_model
 from demitasse.bulk.local import run_local
 from demitasse.bulk.manifest import Manifest, check_output_target, prepare_output
 from demitasse.bulk.ray_engine import RayOptions, run_ray
-from demitasse.errors import DemitasseError
+from demitasse.errors import DemitasseError, UnknownNameError
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def run_bulk(
     engine (None leaves torch's setting).
     """
     if engine not in ENGINES:
-        raise DemitasseError(f"unknown engine {engine!r}; use local or ray")
+        raise UnknownNameError(f"unknown engine {engine!r}; use local or ray")
     if job.on_error not in ("stop", "skip"):
         raise DemitasseError(f"--on-error must be stop or skip, got {job.on_error!r}")
     check_output_target(job.out)  # before minutes of model loading

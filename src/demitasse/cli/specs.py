@@ -7,7 +7,7 @@ in the command-line layer; the library takes :class:`CompressorSpec` objects. Na
 from __future__ import annotations
 
 from demitasse.compress import check_precision, precision_help, resolve_compressor
-from demitasse.errors import DemitasseError
+from demitasse.errors import DemitasseError, UnknownCompressionNameError
 from demitasse.evaluation.grid import CompressorSpec
 
 
@@ -67,5 +67,5 @@ def parse_precisions(text: str) -> list[str]:
     """``"float32,int8,pq16"`` → the canonical names, each checked against the registry."""
     values = [check_precision(v.strip()) for v in text.split(",") if v.strip()]
     if not values:
-        raise DemitasseError(f"unknown precision {text!r}; known: {precision_help()}")
+        raise UnknownCompressionNameError(f"unknown precision {text!r}; known: {precision_help()}")
     return values

@@ -12,6 +12,8 @@ Example::
 from demitasse.compress.adaptor import MatryoshkaAdaptor
 from demitasse.compress.base import (
     Compressor,
+    built_compressor_names,
+    compressor_class,
     compressor_names,
     load_compressor,
     make_compressor,
@@ -23,7 +25,7 @@ from demitasse.compress.codebooks import (
     ProductQuantizer,
     ResidualQuantizer,
 )
-from demitasse.compress.learned import LearnedCompressor
+from demitasse.compress.learned import LearnedCompressor, TrainingSettings
 from demitasse.compress.manifold import LLE, Isomap
 from demitasse.compress.mcr2 import MCR2
 from demitasse.compress.pca import PCA
@@ -42,7 +44,7 @@ from demitasse.compress.quantize import (
 )
 from demitasse.compress.random_projection import RandomProjection
 from demitasse.compress.sampling import Reservoir
-from demitasse.compress.smec import SMEC
+from demitasse.compress.smec import SMEC, SMECVariant
 from demitasse.compress.smec_objective import EmbeddingMemory
 from demitasse.compress.statistics import VectorStatistics
 from demitasse.compress.truncate import Truncate
@@ -74,10 +76,14 @@ __all__ = [
     "RandomProjection",
     "Reservoir",
     "ResidualQuantizer",
+    "SMECVariant",
+    "TrainingSettings",
     "Truncate",
     "VectorStatistics",
+    "built_compressor_names",
     "check_precision",
     "compressor_choices",
+    "compressor_class",
     "compressor_names",
     "is_precision",
     "load_compressor",

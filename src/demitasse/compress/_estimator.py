@@ -7,7 +7,8 @@ classes, so ``clone``, ``Pipeline``, ``GridSearchCV`` and its estimator checks w
 it, the stand-ins give what demitasse itself calls: ``get_params``/``set_params`` from the
 ``__init__`` signature, parameter validation against ``_parameter_constraints`` (``Interval``,
 ``StrOptions``, ``"boolean"``, ``None``, types) with scikit-learn's messages, and
-``InvalidParameterError``.
+``InvalidParameterError``. :func:`not_fitted_error` is demitasse's
+:class:`~demitasse.errors.NotFittedError`, and scikit-learn's where it is installed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Any, Self
 
 import numpy as np
 
+from demitasse.errors import NotFittedError
+
 __all__ = [
     "BaseEstimator",
     "ClassNamePrefixFeaturesOutMixin",
@@ -29,6 +32,7 @@ __all__ = [
     "Tags",
     "TransformerMixin",
     "has_sklearn",
+    "not_fitted_error",
 ]
 
 
@@ -187,11 +191,24 @@ def has_sklearn() -> bool:
     return _HAS_SKLEARN
 
 
+def not_fitted_error(message: str) -> NotFittedError:
+    """The error for a compressor or quantiser used before ``fit``: demitasse's
+    :class:`~demitasse.errors.NotFittedError` (one line, exit code 2 on the command line) and,
+    where scikit-learn is installed, its ``NotFittedError`` too, which ``check_is_fitted``
+    raises and scikit-learn code catches."""
+    return _NOT_FITTED(message)
+
+
 try:
     from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+    from sklearn.exceptions import NotFittedError as _SklearnNotFittedError
     from sklearn.utils import Tags
     from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
 
+    class _BothNotFittedError(NotFittedError, _SklearnNotFittedError):
+        """demitasse's NotFittedError and scikit-learn's."""
+
+    _NOT_FITTED: type[NotFittedError] = _BothNotFittedError
     _HAS_SKLEARN = True
 except ImportError:
     BaseEstimator = _BaseEstimator
@@ -201,4 +218,5 @@ except ImportError:
     Interval = _Interval
     InvalidParameterError = _InvalidParameterError
     StrOptions = _StrOptions
+    _NOT_FITTED = NotFittedError
     _HAS_SKLEARN = False

@@ -1,5 +1,5 @@
 # ruff: noqa: N803, N806  (scikit-learn convention: matrices are capitalised)
-"""The :class:`Compressor` base class, its registry, and ``make_compressor``/``load_compressor``.
+"""The :class:`Compressor` base class, its registries, and ``make_compressor``/``load_compressor``.
 
 Subclasses implement four hooks: ``_fit``, ``_transform_chunk``, ``_state``/``_load_state``
 (plus ``_state_shapes`` so a load can be checked against config.json), and declare their
@@ -8,6 +8,13 @@ all input validation, chunking, dimension handling and (atomic) persistence.
 
 Every compressor is a scikit-learn transformer (``BaseEstimator`` + ``TransformerMixin``): it
 clones, sits in a ``Pipeline`` and is tuned by ``GridSearchCV`` like any other.
+
+Two registries name them. :func:`register_compressor` holds the estimators, fitted on vectors:
+``make_compressor``, ``fit --compressor``, the tune sweep and the estimator checks take their
+names (:func:`compressor_names`). :func:`register_built_compressor` holds the compressors built
+another way (a pooler head trained with its encoder), which save, load and transform like the
+others but are no estimator to fit: only ``load_compressor`` takes their names
+(:func:`built_compressor_names`).
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import warnings
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -38,9 +45,19 @@ from demitasse.compress._estimator import (
     InvalidParameterError,
     Tags,
     TransformerMixin,
+    not_fitted_error,
 )
 from demitasse.compress.params import Integers, ParamsMixin
-from demitasse.errors import CompressorError, one_line, require_library
+from demitasse.errors import (
+    CompressorError,
+    IncompatibleInputError,
+    ParameterError,
+    SavedStateError,
+    UnknownCompressionNameError,
+    UnknownNameError,
+    one_line,
+    require_library,
+)
 from demitasse.persistence import (
     check_state_shapes,
     check_version,
@@ -52,20 +69,73 @@ from demitasse.persistence import (
 from demitasse.registry import Registry
 
 
-class _InvalidParameterError(CompressorError, InvalidParameterError):
-    """A hyperparameter outside its ``_parameter_constraints``: a CompressorError for the CLI
+class _InvalidParameterError(ParameterError, InvalidParameterError):
+    """A hyperparameter outside its ``_parameter_constraints``: a ParameterError for the CLI
     and for callers, and scikit-learn's InvalidParameterError for scikit-learn."""
 
 
+C = TypeVar("C", bound="type[Compressor]")
+
+#: The compressors fitted on vectors: the estimators.
 _REGISTRY: Registry[type[Compressor]] = Registry("compressor", "method")
-register_compressor = _REGISTRY.register
+#: The compressors built another way (a pooler head trained with its encoder): loaded only.
+_BUILT: Registry[type[Compressor]] = Registry("built compressor", "method")
+#: The names of the compressors fitted on vectors, sorted.
 compressor_names = _REGISTRY.names
-#: The class a registered method name denotes (CompressorError for an unknown name).
-compressor_class = _REGISTRY.lookup
+#: The names of the compressors built another way than by fit, sorted.
+built_compressor_names = _BUILT.names
+
+
+def register_compressor(cls: C) -> C:
+    """Class decorator: ``cls`` is an estimator fitted on vectors, made by name with
+    :func:`make_compressor` and loaded by :func:`load_compressor`."""
+    _check_unregistered(cls, _BUILT)
+    _REGISTRY.register(cls)
+    return cls
+
+
+def register_built_compressor(cls: C) -> C:
+    """Class decorator: ``cls`` is built another way than by ``fit`` (from a trained head, say)
+    and only loaded by name with :func:`load_compressor`; its ``built_by`` says how it is
+    made, for the message that refuses to fit or make it by name."""
+    _check_unregistered(cls, _REGISTRY)
+    if not cls.__dict__.get("built_by"):
+        raise TypeError(f"{cls.__name__} needs a class attribute 'built_by': how it is made")
+    _BUILT.register(cls)
+    return cls
+
+
+def _check_unregistered(cls: type[Compressor], other: Registry[type[Compressor]]) -> None:
+    method = getattr(cls, "method", None)
+    if isinstance(method, str) and method in other.names():
+        raise TypeError(f"compressor {method!r} is already registered by {other.lookup(method)}")
+
+
+def compressor_class(name: str) -> type[Compressor]:
+    """The class a method name denotes, fitted or built (UnknownCompressionNameError for
+    an unknown name, listing the fitted ones)."""
+    if name in _BUILT.names():
+        return _BUILT.lookup(name)
+    return _REGISTRY.lookup(name)
+
+
+def built_compressor_error(name: str) -> UnknownCompressionNameError:
+    """The error for a built compressor named where a fitted one is asked for: it is no
+    compressor to fit by name, and the message says how one is made."""
+    cls = _BUILT.lookup(name)
+    return UnknownCompressionNameError(
+        f"a {name} compressor is not fitted on vectors but {cls.built_by}; the compressors "
+        f"fitted by name are: {', '.join(_REGISTRY.names())}"
+    )
 
 
 def make_compressor(name: str, **params: Any) -> Compressor:
-    """Build an unfitted compressor by registry name, validating its hyperparameters now."""
+    """Build an unfitted compressor by registry name, validating its hyperparameters now.
+
+    Only compressors fitted on vectors are made by name; a built one (a pooler) is refused
+    in one line that says how it is made."""
+    if isinstance(name, str) and name in _BUILT.names():
+        raise built_compressor_error(name)
     return _REGISTRY.lookup(name)._construct(params)
 
 
@@ -114,9 +184,14 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
     matryoshka: ClassVar[bool] = True
     #: Keyword arguments ``fit`` accepts as supervision (e.g. ``("pairs", "scores")``).
     supervision: ClassVar[tuple[str, ...]] = ()
-    #: Whether ``fit`` learns the compressor from vectors; False for one built another way (a
-    #: pooler head trained with its encoder), which no command line or model fits by name.
-    fits_on_vectors: ClassVar[bool] = True
+    #: Fitted by training a network (minutes where the others take seconds): a sweep fits it
+    #: once per width, after the others, within its time budget.
+    trained: ClassVar[bool] = False
+    #: At its full input width it returns its input unchanged: nothing to try there.
+    identity_at_full_width: ClassVar[bool] = False
+    #: How a compressor built another way than by ``fit`` is made, for messages (set by those
+    #: of :func:`register_built_compressor`; None for the estimators).
+    built_by: ClassVar[str | None] = None
     #: Float dtype chunks are cast to before ``_transform_chunk``.
     compute_dtype: ClassVar[DTypeLike] = np.float32
     #: Rows per chunk when ``_fit`` streams over the data (float64 chunks: keep modest).
@@ -186,12 +261,12 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
         unknown = sorted(set(supervision) - set(self.supervision))
         if unknown:
             accepted = ", ".join(self.supervision) or "none"
-            raise CompressorError(
+            raise ParameterError(
                 f"{self.method} compressor got unknown fit argument(s) {', '.join(unknown)}; "
                 f"it accepts: {accepted}"
             )
         if fit_data is not None and not isinstance(fit_data, str):
-            raise CompressorError(f"fit_data must be a string description, got {fit_data!r}")
+            raise ParameterError(f"fit_data must be a string description, got {fit_data!r}")
         X = as_matrix(X)
         if X.shape[0] < 2:
             raise CompressorError(
@@ -220,7 +295,7 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
     def _initial_output_dim(self, n_features: int) -> int:
         largest = self._max_output_dim(n_features)
         if largest < 1:
-            raise CompressorError(
+            raise IncompatibleInputError(
                 f"{self!r} can produce no outputs from {n_features} input features"
             )
         if self.dim is None:
@@ -251,7 +326,7 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
         chunk_rows = check_chunk_rows(chunk_rows)
         X = as_matrix(X)
         if X.shape[1] != self.n_features_in_:
-            raise CompressorError(
+            raise IncompatibleInputError(
                 f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
                 f"{self.n_features_in_} features as input (the width it was fitted on)"
             )
@@ -330,7 +405,7 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
 
     def _check_params(self) -> None:
         """Check the hyperparameters against ``_parameter_constraints`` with scikit-learn's
-        ``_validate_params``, failing with a one-line CompressorError."""
+        ``_validate_params``, failing with a one-line ParameterError."""
         try:
             self._validate_params()
         except InvalidParameterError as exc:
@@ -355,7 +430,7 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
         fitted = self.is_fitted
         return {
             "method": self.method,
-            "params": self.get_params(),
+            "params": self._saved_params(),
             "input_dim": self.n_features_in_ if fitted else None,
             "output_dim": self.output_dim_ if fitted else None,
             "matryoshka": self.matryoshka,
@@ -367,13 +442,17 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
 
     def save(self, path: str | Path) -> None:
         """Write ``path/config.json`` and ``path/state.safetensors`` atomically."""
+        write_saved(path, *self.saved_state())
+
+    def saved_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """What :meth:`save` writes: the config (JSON) and the learned arrays."""
         self._check_fitted("save")
         config = {
             "kind": "compressor",
             "method": self.method,
             "version": self.version,
             "demitasse_version": demitasse_version(),
-            "params": self.get_params(),
+            "params": self._saved_params(),
             "input_dim": self.n_features_in_,
             "output_dim": self.output_dim_,
             "matryoshka": self.matryoshka,
@@ -381,21 +460,28 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
             "n_fit_samples": self.n_fit_samples_,
             "learned": {name: getattr(self, name) for name in self.scalar_state},
         }
-        write_saved(path, config, self._state())
+        return config, self._state()
 
     @classmethod
     def load(cls, path: str | Path) -> Compressor:
         """Load a saved compressor; on a subclass, the saved method must match it."""
         config, arrays = read_saved(path, "compressor")
         if config.get("kind", "compressor") != "compressor":
-            raise CompressorError(f"{path} holds a saved {config.get('kind')}, not a compressor")
+            raise SavedStateError(f"{path} holds a saved {config.get('kind')}, not a compressor")
         method = require(config, "method", "str", path)
-        target = _REGISTRY.lookup(method)
+        try:
+            target = compressor_class(method)
+        except UnknownNameError as exc:
+            raise SavedStateError(f"invalid config.json in {path}: {exc}") from None
         if cls is not Compressor and not issubclass(target, cls):
-            raise CompressorError(f"{path} holds a {method} compressor, not {cls.method}")
+            raise SavedStateError(f"{path} holds a {method} compressor, not {cls.method}")
         check_version(require(config, "version", "int", path), target.version, method, path)
         target._require_libraries(f"{path}: ", target.transform_libraries)
-        obj = target._construct(require(config, "params", "dict", path))
+        params = require(config, "params", "dict", path)
+        try:
+            obj = target._construct(params)
+        except CompressorError as exc:  # a parameter it does not take, or a value it refuses
+            raise SavedStateError(f"invalid config.json in {path}: {exc}") from None
         obj._restore(config, arrays, path)
         return obj
 
@@ -408,13 +494,13 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
         n_fit_samples = require(config, "n_fit_samples", "int", path)
         learned = require(config, "learned", "dict", path) if "learned" in config else {}
         if input_dim < 1 or not 1 <= output_dim <= self._max_output_dim(input_dim):
-            raise CompressorError(
+            raise SavedStateError(
                 f"invalid config.json in {path}: output_dim {output_dim} is impossible for "
                 f"{self!r} with input_dim {input_dim}"
             )
         missing = [name for name in self.scalar_state if name not in learned]
         if missing:
-            raise CompressorError(
+            raise SavedStateError(
                 f"invalid config.json in {path}: 'learned' lacks {', '.join(missing)}"
             )
         self.n_features_in_ = input_dim
@@ -439,8 +525,13 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
         return f"{self.method} compressor"
 
     def _check_fitted(self, action: str = "transform") -> None:
+        if not self.is_fitted and self.built_by:
+            raise not_fitted_error(
+                f"this {self.method} compressor is not built, so it cannot {action}(): a "
+                f"{self.method} is {self.built_by}"
+            )
         if not self.is_fitted:
-            raise CompressorError(
+            raise not_fitted_error(
                 f"this {self.method} compressor is not fitted; call fit() before {action}()"
             )
 
@@ -448,14 +539,14 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
         if dim is None:
             return self.output_dim_
         if not is_int(dim) or dim < 1:
-            raise CompressorError(f"dim must be a positive integer, got {dim!r}")
+            raise ParameterError(f"dim must be a positive integer, got {dim!r}")
         if dim > self.output_dim_:
-            raise CompressorError(
+            raise ParameterError(
                 f"dim {dim} > {self.output_dim_}, the largest this {self.method} compressor "
                 "was fitted for"
             )
         if dim != self.output_dim_ and not self.matryoshka:
-            raise CompressorError(
+            raise ParameterError(
                 f"this {self.method} compressor only produces dim {self.output_dim_}, got {dim}"
             )
         return int(dim)

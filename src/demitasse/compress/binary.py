@@ -10,7 +10,7 @@ import numpy as np
 
 from demitasse.arrays import DEFAULT_CHUNK_ROWS, is_int, iter_row_chunks
 from demitasse.compress.quantize import Quantizer, register_quantizer
-from demitasse.errors import CompressorError
+from demitasse.errors import IncompatibleInputError, ParameterError, SavedStateError
 
 ROTATIONS = ("none", "random", "itq")
 #: Set bits of every byte value: Hamming distance on packed codes is a table lookup.
@@ -82,21 +82,21 @@ class BinaryQuantizer(Quantizer):
 
     def _validate_params(self) -> None:
         if self.threshold not in ("zero", "mean"):
-            raise CompressorError(
+            raise ParameterError(
                 f"binary: threshold must be 'zero' or 'mean', got {self.threshold!r}"
             )
         if self.rotation not in ROTATIONS:
-            raise CompressorError(
+            raise ParameterError(
                 f"binary: rotation must be one of {', '.join(ROTATIONS)}, got {self.rotation!r}"
             )
         if self.rotation != "none" and self.threshold != "zero":
-            raise CompressorError(
+            raise ParameterError(
                 "binary: a rotation centres the vectors already; use threshold='zero' with it"
             )
         if not is_int(self.seed) or self.seed < 0:
-            raise CompressorError(f"binary: seed must be a non-negative integer, got {self.seed!r}")
+            raise ParameterError(f"binary: seed must be a non-negative integer, got {self.seed!r}")
         if not is_int(self.itq_iterations) or self.itq_iterations < 1:
-            raise CompressorError(
+            raise ParameterError(
                 f"binary: itq_iterations must be a positive integer, got {self.itq_iterations!r}"
             )
 
@@ -123,7 +123,7 @@ class BinaryQuantizer(Quantizer):
 
     def _check_width(self, d: int) -> None:
         if self.rotation != "none" and self.is_fitted and d != self.n_features_in_:
-            raise CompressorError(
+            raise IncompatibleInputError(
                 f"a {self.rotation}-rotated binary quantizer mixes all {self.n_features_in_} "
                 f"dims it was fitted on, so it takes exactly that many, not {d}"
             )
@@ -175,7 +175,7 @@ class BinaryQuantizer(Quantizer):
             # float32 storage keeps RᵀR within about 1e-5 of I; far off means a corrupt file.
             error = np.abs(rotation.T.astype(np.float64) @ rotation - np.eye(len(rotation))).max()
             if error > 1e-3:
-                raise CompressorError(
+                raise SavedStateError(
                     f"invalid saved binary quantizer: rotation_ is not orthogonal (|RᵀR − I| "
                     f"up to {error:.3g})"
                 )

@@ -31,9 +31,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from demitasse.arrays import as_matrix, cosine_rows, is_int
+from demitasse.compress._estimator import not_fitted_error
 from demitasse.compress.binary import random_rotation
 from demitasse.compress.quantize import Quantizer, register_quantizer, scored_queries
-from demitasse.errors import CompressorError
+from demitasse.errors import CompressorError, IncompatibleInputError, ParameterError
 
 #: Codewords per codebook: one byte per code.
 CODEWORDS = 256
@@ -128,15 +129,15 @@ class CodebookQuantizer(Quantizer):
         for param, low in (("code_bytes", 1), ("iterations", 1), ("max_train_rows", 2)):
             value = getattr(self, param)
             if not is_int(value) or value < low:
-                raise CompressorError(f"{name}: {param} must be an integer ≥ {low}, got {value!r}")
+                raise ParameterError(f"{name}: {param} must be an integer ≥ {low}, got {value!r}")
         if not is_int(self.seed) or self.seed < 0:
-            raise CompressorError(f"{name}: seed must be a non-negative integer, got {self.seed!r}")
+            raise ParameterError(f"{name}: seed must be a non-negative integer, got {self.seed!r}")
         if self.norm not in self.NORMS:
-            raise CompressorError(
+            raise ParameterError(
                 f"{name}: norm must be one of {', '.join(self.NORMS)}, got {self.norm!r}"
             )
         if self.n_codebooks < 1:
-            raise CompressorError(
+            raise ParameterError(
                 f"{self.precision}: the norm byte leaves no byte for codewords; use at least "
                 f"{self.family}2, or norm='none'"
             )
@@ -184,7 +185,7 @@ class CodebookQuantizer(Quantizer):
 
     def _check_width(self, d: int) -> None:
         if self.is_fitted and d != self.n_features_in_:
-            raise CompressorError(
+            raise IncompatibleInputError(
                 f"{self.precision} codes are learned on all {self.n_features_in_} dims they were "
                 f"fitted on, so they take exactly that many, not {d}"
             )
@@ -207,13 +208,13 @@ class CodebookQuantizer(Quantizer):
 
     def _require_fitted(self) -> None:
         if not self.is_fitted:
-            raise CompressorError(f"this {self.precision} quantizer is not fitted; call fit()")
+            raise not_fitted_error(f"this {self.precision} quantizer is not fitted; call fit()")
 
     def _checked_queries(self, queries: Any) -> np.ndarray:
         self._require_fitted()
         Q = as_matrix(queries, "queries")
         if Q.shape[1] != self.n_features_in_:
-            raise CompressorError(
+            raise IncompatibleInputError(
                 f"queries have {Q.shape[1]} dims; these {self.precision} codes were fitted on "
                 f"{self.n_features_in_}"
             )
@@ -229,13 +230,13 @@ class CodebookQuantizer(Quantizer):
             or codes.dtype != np.uint8
             or codes.shape[1] != self.code_bytes
         ):
-            raise CompressorError(
+            raise IncompatibleInputError(
                 f"{self.precision} codes must be a uint8 array [n, {self.code_bytes}] from "
                 "quantize()"
             )
         words = codes[:, : self.n_codebooks]
         if self.n_codewords_ < CODEWORDS and words.size and int(words.max()) >= self.n_codewords_:
-            raise CompressorError(
+            raise IncompatibleInputError(
                 f"{self.precision} codes name codeword {int(words.max())}, but only "
                 f"{self.n_codewords_} were learned"
             )
@@ -278,7 +279,7 @@ class CodebookQuantizer(Quantizer):
         tables [q, B', 256]: the first half of :meth:`score`, for scans of their own."""
         Q = scored_queries(self._checked_queries(queries), metric)
         if metric == "l2" and self.norm != "byte":
-            raise CompressorError(f"{self.precision} codes without the norm byte cannot score l2")
+            raise ParameterError(f"{self.precision} codes without the norm byte cannot score l2")
         return Q, self._padded_tables(Q)
 
     def finish_scores(
@@ -369,18 +370,18 @@ class ProductQuantizer(CodebookQuantizer):
     def _validate_params(self) -> None:
         self._validate_common()
         if self.rotation not in self.ROTATIONS:
-            raise CompressorError(
+            raise ParameterError(
                 f"pq: rotation must be one of {', '.join(self.ROTATIONS)}, got {self.rotation!r}"
             )
         if not is_int(self.opq_iterations) or self.opq_iterations < 1:
-            raise CompressorError(
+            raise ParameterError(
                 f"pq: opq_iterations must be a positive integer, got {self.opq_iterations!r}"
             )
 
     def _fit_codebooks(self, centred: np.ndarray, rng: np.random.Generator) -> None:
         d = centred.shape[1]
         if self.n_codebooks > d:
-            raise CompressorError(
+            raise IncompatibleInputError(
                 f"{self.precision} needs at least {self.n_codebooks} dims, got {d}"
             )
         if self.rotation in ("pca", "opq"):
@@ -489,9 +490,9 @@ class ResidualQuantizer(CodebookQuantizer):
     def _validate_params(self) -> None:
         self._validate_common()
         if not is_int(self.beam) or not 1 <= self.beam <= CODEWORDS:
-            raise CompressorError(f"rq: beam must be an integer in 1..256, got {self.beam!r}")
+            raise ParameterError(f"rq: beam must be an integer in 1..256, got {self.beam!r}")
         if not is_int(self.refine_iterations) or self.refine_iterations < 0:
-            raise CompressorError(
+            raise ParameterError(
                 f"rq: refine_iterations must be a non-negative integer, got "
                 f"{self.refine_iterations!r}"
             )

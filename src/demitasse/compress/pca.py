@@ -11,7 +11,7 @@ from demitasse.arrays import iter_row_chunks, non_finite_array
 from demitasse.compress.base import AffineMap, Compressor, register_compressor
 from demitasse.compress.params import Integers
 from demitasse.compress.statistics import VectorStatistics
-from demitasse.errors import CompressorError, DataError
+from demitasse.errors import CompressorError, DataError, ParameterError, SavedStateError
 
 # Whitening divides by sqrt(eigenvalue); eigenvalues below this fraction of the largest are
 # numerical noise (rank-deficient data), and dividing by them would blow up that noise.
@@ -66,12 +66,12 @@ class PCA(Compressor):
         in memory, or on shards that never meet in one process.
         """
         if not isinstance(statistics, VectorStatistics):
-            raise CompressorError(
+            raise ParameterError(
                 f"fit_from_statistics takes VectorStatistics, not {type(statistics).__name__}"
             )
         self._check_params()
         if fit_data is not None and not isinstance(fit_data, str):
-            raise CompressorError(f"fit_data must be a string description, got {fit_data!r}")
+            raise ParameterError(f"fit_data must be a string description, got {fit_data!r}")
         if statistics.count < 2:
             raise CompressorError(
                 f"{self.method} needs at least 2 rows to fit, got n_samples={statistics.count}"
@@ -156,7 +156,7 @@ class PCA(Compressor):
         self.components_ = arrays["components_"].astype(np.float64)
         self.explained_variance_ = arrays["explained_variance_"].astype(np.float64)
         if not isinstance(self.total_variance_, int | float) or self.total_variance_ <= 0:
-            raise CompressorError(
+            raise SavedStateError(
                 f"invalid saved pca: total_variance_ must be a positive number, "
                 f"got {self.total_variance_!r}"
             )

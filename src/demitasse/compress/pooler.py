@@ -4,6 +4,12 @@
 The head is learned with the encoder (``demitasse.training``), not by ``fit`` on frozen
 vectors; :meth:`Pooler.from_head` turns the trained weights into a compressor that saves,
 loads and evaluates like any other. Its output is one fixed width (not Matryoshka).
+
+A pooler is no estimator: it is registered as a built compressor
+(:func:`~demitasse.compress.base.register_built_compressor`), which ``load_compressor`` (and so
+a model directory holding one) loads by name, while ``make_compressor``, ``fit --compressor``,
+the tune sweep and the estimator checks, which fit compressors, do not list it; its ``fit``
+refuses in one line that says how a pooler is made.
 """
 
 from __future__ import annotations
@@ -13,19 +19,24 @@ from typing import Any, ClassVar
 import numpy as np
 
 from demitasse.compress._estimator import StrOptions
-from demitasse.compress.base import AffineMap, Compressor, register_compressor
-from demitasse.errors import CompressorError
+from demitasse.compress.base import AffineMap, Compressor, register_built_compressor
+from demitasse.errors import CompressorError, ParameterError
 
 ACTIVATIONS = ("tanh", "identity")
 
 
-@register_compressor
+@register_built_compressor
 class Pooler(Compressor):
-    """``activation(W · normalize?(e) + b)`` with W [dim, D] from a trained pooler head."""
+    """``activation(W · normalize?(e) + b)`` with W [dim, D] from a trained pooler head.
+
+    Made by :meth:`from_head` (or loaded), never fitted: ``fit`` raises."""
 
     method: ClassVar[str] = "pooler"
     matryoshka: ClassVar[bool] = False
-    fits_on_vectors: ClassVar[bool] = False
+    built_by: ClassVar[str | None] = (
+        "a head trained with its encoder (demitasse.training: two_step, or HeadLoss under any "
+        "loss) and built by Pooler.from_head"
+    )
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
         **Compressor._parameter_constraints,
         "activation": [StrOptions(set(ACTIVATIONS))],
@@ -52,7 +63,7 @@ class Pooler(Compressor):
         weight = np.asarray(weight, dtype=np.float32)
         bias = np.asarray(bias, dtype=np.float32)
         if weight.ndim != 2 or bias.shape != (weight.shape[0],):
-            raise CompressorError("pooler: weight must be [dim, D] and bias [dim]")
+            raise ParameterError("pooler: weight must be [dim, D] and bias [dim]")
         pooler = cls(dim=weight.shape[0], activation=activation, normalize_input=normalize_input)
         pooler._check_params()
         pooler.n_features_in_ = weight.shape[1]
@@ -62,11 +73,11 @@ class Pooler(Compressor):
         pooler.n_fit_samples_ = 0
         return pooler
 
-    def _fit(self, X: np.ndarray, **supervision: Any) -> None:
-        raise CompressorError(
-            "a pooler is trained with its encoder (demitasse.training); build it with "
-            "Pooler.from_head"
-        )
+    def fit(
+        self, X: Any, y: Any = None, *, fit_data: str | None = None, **supervision: Any
+    ) -> Pooler:
+        """Refused: a pooler is not fitted on vectors (see :attr:`built_by`)."""
+        raise CompressorError(f"a pooler is not fitted on vectors: it is {self.built_by}")
 
     def _transform_chunk(self, X: np.ndarray, dim: int) -> np.ndarray:
         if self.normalize_input:

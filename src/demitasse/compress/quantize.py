@@ -27,8 +27,16 @@ from demitasse.arrays import (
     iter_row_chunks,
     unit_rows,
 )
+from demitasse.compress._estimator import not_fitted_error
 from demitasse.compress.params import Params
-from demitasse.errors import CompressorError
+from demitasse.errors import (
+    CompressorError,
+    IncompatibleInputError,
+    ParameterError,
+    SavedStateError,
+    UnknownCompressionNameError,
+    UnknownNameError,
+)
 from demitasse.persistence import (
     check_state_shapes,
     check_version,
@@ -51,7 +59,7 @@ def scored_queries(queries: np.ndarray, metric: str) -> np.ndarray:
     """float32 ``queries`` as an asymmetric ``metric`` scores them: unit rows for cosine (a
     zero row stays zero), as given otherwise; a one-line error for an unknown metric."""
     if metric not in SCORE_METRICS:
-        raise CompressorError(f"metric must be one of {', '.join(SCORE_METRICS)}, got {metric!r}")
+        raise ParameterError(f"metric must be one of {', '.join(SCORE_METRICS)}, got {metric!r}")
     queries = np.asarray(queries, dtype=np.float32)
     return unit_rows(queries) if metric == "cosine" else queries
 
@@ -64,7 +72,9 @@ def resolve_precision(precision: Any) -> tuple[type[Quantizer], dict[str, int]]:
     """The quantiser class a precision name denotes, and the size its name sets: ``"int8"``
     → (Int8Quantizer, {}), ``"pq16"`` → (ProductQuantizer, {"code_bytes": 16})."""
     if not isinstance(precision, str):
-        raise CompressorError(f"a precision is a name such as 'int8', not {precision!r}")
+        raise UnknownCompressionNameError(
+            f"a precision is a name such as 'int8', not {precision!r}"
+        )
     if precision in _REGISTRY.names():
         cls = _REGISTRY.lookup(precision)
         if cls.size_param is None:
@@ -76,7 +86,7 @@ def resolve_precision(precision: Any) -> tuple[type[Quantizer], dict[str, int]]:
         if cls.size_param is not None:
             return cls, {cls.size_param: int(sized.group(2))}
     shown = precision if len(precision) <= 40 else precision[:40] + "…"
-    raise CompressorError(f"unknown precision {shown!r}; known: {precision_help()}")
+    raise UnknownCompressionNameError(f"unknown precision {shown!r}; known: {precision_help()}")
 
 
 def precision_help() -> str:
@@ -92,7 +102,7 @@ def is_precision(precision: Any) -> bool:
     """Whether ``precision`` names a quantiser (without checking its size's range)."""
     try:
         resolve_precision(precision)
-    except CompressorError:
+    except UnknownNameError:
         return False
     return True
 
@@ -103,7 +113,7 @@ def make_quantizer(precision: str, **params: Any) -> Quantizer:
     cls, size = resolve_precision(precision)
     clash = sorted(set(size) & set(params))
     if clash:
-        raise CompressorError(
+        raise ParameterError(
             f"precision {precision!r} sets {clash[0]} already; do not pass it as a parameter"
         )
     return cls._construct(size | params)
@@ -221,7 +231,7 @@ class Quantizer(Params):
     ) -> np.ndarray:
         """Encode ``X`` [n, d] chunk by chunk; d may be smaller than the fitted width."""
         if self.needs_fit and not self.is_fitted:
-            raise CompressorError(
+            raise not_fitted_error(
                 f"this {self.precision} quantizer is not fitted; call fit() on calibration "
                 "embeddings before quantize()"
             )
@@ -229,7 +239,7 @@ class Quantizer(Params):
         X = as_matrix(X)
         n, d = X.shape
         if self.is_fitted and d > self.n_features_in_:
-            raise CompressorError(
+            raise IncompatibleInputError(
                 f"X has {d} features but this {self.precision} quantizer was fitted on "
                 f"{self.n_features_in_}"
             )
@@ -255,14 +265,14 @@ class Quantizer(Params):
         """
         for name, codes in (("A_codes", A_codes), ("B_codes", B_codes)):
             if not isinstance(codes, np.ndarray) or codes.ndim != 2:
-                raise CompressorError(f"{name} must be a 2-D array of codes from quantize()")
+                raise IncompatibleInputError(f"{name} must be a 2-D array of codes from quantize()")
             if codes.dtype != self.code_dtype:
-                raise CompressorError(
+                raise IncompatibleInputError(
                     f"{name} has dtype {codes.dtype}, but {self.precision} codes are "
                     f"{self.code_dtype}; pass the output of quantize()"
                 )
         if A_codes.shape != B_codes.shape:
-            raise CompressorError(
+            raise IncompatibleInputError(
                 f"paired codes must have the same shape, got {A_codes.shape} and {B_codes.shape}"
             )
         n_bits = self._resolve_bits(A_codes.shape[1], dim)
@@ -277,14 +287,14 @@ class Quantizer(Params):
     def _resolve_bits(self, width: int, dim: int | None) -> int:
         """Vector dimension for codes ``width`` columns wide."""
         if dim is not None and (not is_int(dim) or self.code_width(dim) != width):
-            raise CompressorError(
+            raise IncompatibleInputError(
                 f"dim {dim!r} does not match {self.precision} codes {width} columns wide"
             )
         return width if dim is None else int(dim)
 
     def _check_dim(self, dim: Any) -> int:
         if not is_int(dim) or dim < 1:
-            raise CompressorError(f"dim must be a positive integer, got {dim!r}")
+            raise ParameterError(f"dim must be a positive integer, got {dim!r}")
         return int(dim)
 
     @property
@@ -301,8 +311,12 @@ class Quantizer(Params):
 
     def save(self, path: str | Path) -> None:
         """Write ``path/config.json`` and ``path/state.safetensors`` atomically."""
+        write_saved(path, *self.saved_state())
+
+    def saved_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """What :meth:`save` writes: the config (JSON) and the learned arrays."""
         if self.needs_fit and not self.is_fitted:
-            raise CompressorError(
+            raise not_fitted_error(
                 f"cannot save an unfitted {self.precision} quantizer; call fit() first"
             )
         fitted = self.is_fitted
@@ -316,33 +330,40 @@ class Quantizer(Params):
             "n_fit_samples": self.n_fit_samples_ if fitted else None,
             "learned": {name: getattr(self, name) for name in self.scalar_state} if fitted else {},
         }
-        write_saved(path, config, self._state() if fitted else {})
+        return config, self._state() if fitted else {}
 
     @classmethod
     def load(cls, path: str | Path) -> Quantizer:
         """Load a saved quantizer; on a subclass, the saved precision must match it."""
         config, arrays = read_saved(path, "quantizer")
         if config.get("kind") != "quantizer":
-            raise CompressorError(f"{path} holds a saved {config.get('kind')}, not a quantizer")
+            raise SavedStateError(f"{path} holds a saved {config.get('kind')}, not a quantizer")
         precision = require(config, "precision", "str", path)
-        target, _ = resolve_precision(precision)
+        try:
+            target, _ = resolve_precision(precision)
+        except UnknownNameError as exc:
+            raise SavedStateError(f"invalid config.json in {path}: {exc}") from None
         if cls is not Quantizer and not issubclass(target, cls):
-            raise CompressorError(f"{path} holds a {precision} quantizer, not {cls.family}")
+            raise SavedStateError(f"{path} holds a {precision} quantizer, not {cls.family}")
         check_version(require(config, "version", "int", path), target.version, precision, path)
-        obj = target._construct(require(config, "params", "dict", path))
+        params = require(config, "params", "dict", path)
+        try:
+            obj = target._construct(params)
+        except CompressorError as exc:  # a parameter it does not take, or a value it refuses
+            raise SavedStateError(f"invalid config.json in {path}: {exc}") from None
         input_dim = require(config, "input_dim", "int?", path)
         n_fit_samples = require(config, "n_fit_samples", "int?", path)
         if input_dim is None:
             if obj.needs_fit:
-                raise CompressorError(f"invalid config.json in {path}: input_dim is missing")
+                raise SavedStateError(f"invalid config.json in {path}: input_dim is missing")
             check_state_shapes(arrays, {}, path)
             return obj
         if input_dim < 1:
-            raise CompressorError(f"invalid config.json in {path}: input_dim {input_dim} < 1")
+            raise SavedStateError(f"invalid config.json in {path}: input_dim {input_dim} < 1")
         learned = require(config, "learned", "dict", path)
         missing = [name for name in obj.scalar_state if name not in learned]
         if missing:
-            raise CompressorError(
+            raise SavedStateError(
                 f"invalid config.json in {path}: 'learned' lacks {', '.join(missing)}"
             )
         obj.n_features_in_ = input_dim
@@ -407,12 +428,12 @@ class Int8Quantizer(Quantizer):
 
     def _validate_params(self) -> None:
         if self.calibration not in ("minmax", "percentile"):
-            raise CompressorError(
+            raise ParameterError(
                 f"int8: calibration must be 'minmax' or 'percentile', got {self.calibration!r}"
             )
         p = self.percentile
         if isinstance(p, bool) or not isinstance(p, int | float) or not 50 < p <= 100:
-            raise CompressorError(f"int8: percentile must be in (50, 100], got {p!r}")
+            raise ParameterError(f"int8: percentile must be in (50, 100], got {p!r}")
 
     def _fit(self, X: np.ndarray) -> None:
         if self.calibration == "minmax":
@@ -465,7 +486,7 @@ class Int8Quantizer(Quantizer):
         [q, n]. ``"cosine"``, ``"dot"`` or ``"l2"`` (minus the squared distance)."""
         Q = as_matrix(queries, "queries")
         if Q.shape[1] != codes.shape[1]:
-            raise CompressorError(
+            raise IncompatibleInputError(
                 f"queries have {Q.shape[1]} dims; the int8 codes have {codes.shape[1]}"
             )
         Q = scored_queries(Q, metric)
@@ -485,12 +506,12 @@ class Int8Quantizer(Quantizer):
         ``lo + (code + 128.5) · step``, within half a step of the value that made it (unless
         it was clipped). Rescoring against int8 document vectors scores these."""
         if not self.is_fitted:
-            raise CompressorError("this int8 quantizer is not fitted; it has no ranges to undo")
+            raise not_fitted_error("this int8 quantizer is not fitted; it has no ranges to undo")
         if not isinstance(codes, np.ndarray) or codes.ndim != 2 or codes.dtype != np.int8:
-            raise CompressorError("codes must be a 2-D int8 array from quantize()")
+            raise IncompatibleInputError("codes must be a 2-D int8 array from quantize()")
         d = codes.shape[1]
         if d > self.n_features_in_:
-            raise CompressorError(
+            raise IncompatibleInputError(
                 f"codes have {d} columns; this quantizer has {self.n_features_in_}"
             )
         buckets = codes.astype(np.float32) + np.float32(128.5)
@@ -506,5 +527,5 @@ class Int8Quantizer(Quantizer):
         lo = arrays["lo_"].astype(np.float32)
         hi = arrays["hi_"].astype(np.float32)
         if not (np.isfinite(lo).all() and np.isfinite(hi).all() and (hi > lo).all()):
-            raise CompressorError("invalid saved int8 quantizer: ranges must be finite, lo < hi")
+            raise SavedStateError("invalid saved int8 quantizer: ranges must be finite, lo < hi")
         self._set_ranges(lo, hi)

@@ -19,7 +19,7 @@ from typing import Any, Self
 import numpy as np
 
 from demitasse.arrays import as_matrix, is_int
-from demitasse.errors import CompressorError, DataError
+from demitasse.errors import DataError, ParameterError
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -52,9 +52,9 @@ class Reservoir:
 
     def __init__(self, size: int, seed: int = 0) -> None:
         if not is_int(size) or size < 1:
-            raise CompressorError(f"sample size must be a positive integer, got {size!r}")
+            raise ParameterError(f"sample size must be a positive integer, got {size!r}")
         if not is_int(seed) or seed < 0:
-            raise CompressorError(f"seed must be a non-negative integer, got {seed!r}")
+            raise ParameterError(f"seed must be a non-negative integer, got {seed!r}")
         self.size = int(size)
         self.seed = int(seed)
         self.seen = 0

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from demitasse.arrays import arrow_vectors
 from demitasse.compress.sampling import Reservoir
 from demitasse.compress.statistics import VectorStatistics
-from demitasse.errors import DataError, DemitasseError, one_line
+from demitasse.errors import DataError, DemitasseError, UnknownNameError, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ def shard_statistics(
     engine's batch; Ray takes whole blocks, bounded by its target block size.
     """
     if engine not in ENGINES:
-        raise DemitasseError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+        raise UnknownNameError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if engine == "ray":
         return _ray_statistics(vector_shards(pattern), column)
     statistics = VectorStatistics()

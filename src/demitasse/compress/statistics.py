@@ -24,7 +24,7 @@ from typing import Any, Self
 import numpy as np
 
 from demitasse.arrays import as_matrix
-from demitasse.errors import CompressorError, DataError
+from demitasse.errors import CompressorError, DataError, ParameterError, SavedStateError
 from demitasse.persistence import (
     check_state_shapes,
     check_version,
@@ -102,7 +102,7 @@ class VectorStatistics:
     def merge(self, other: VectorStatistics) -> Self:
         """Add ``other``'s vectors: afterwards ``self`` describes the union of both."""
         if not isinstance(other, VectorStatistics):
-            raise CompressorError(f"can only merge VectorStatistics, not {type(other).__name__}")
+            raise ParameterError(f"can only merge VectorStatistics, not {type(other).__name__}")
         if other.count == 0:
             return self
         assert other.shift is not None and other.sum is not None and other.gram is not None
@@ -173,13 +173,13 @@ class VectorStatistics:
         """Read statistics written by :meth:`save`, checking kind, version and shapes."""
         config, arrays = read_saved(path, "vector statistics")
         if config.get("kind") != KIND:
-            raise CompressorError(f"{path} holds a {config.get('kind')!r}, not {KIND}")
+            raise SavedStateError(f"{path} holds a {config.get('kind')!r}, not {KIND}")
         check_version(require(config, "format_version", "int", path), FORMAT_VERSION, KIND, path)
         count = require(config, "count", "int", path)
         d = require(config, "n_features", "int", path)
         check_state_shapes(arrays, {"shift": (d,), "sum": (d,), "gram": (d, d)}, path)
         if count < 1:
-            raise CompressorError(f"invalid config.json in {path}: count {count} < 1")
+            raise SavedStateError(f"invalid config.json in {path}: count {count} < 1")
         stats = cls()
         stats._start(arrays["shift"].astype(np.float64))
         stats.sum = arrays["sum"].astype(np.float64)
@@ -195,7 +195,7 @@ def _vector(value: Any, name: str) -> np.ndarray:
     try:
         array = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
-        raise CompressorError(f"{name} must be a 1-D array of numbers") from None
+        raise ParameterError(f"{name} must be a 1-D array of numbers") from None
     if array.ndim != 1 or array.shape[0] == 0 or not np.isfinite(array).all():
-        raise CompressorError(f"{name} must be a non-empty 1-D array of finite numbers")
+        raise ParameterError(f"{name} must be a non-empty 1-D array of finite numbers")
     return array

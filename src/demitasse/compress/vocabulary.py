@@ -3,9 +3,10 @@
 Precisions are the quantiser registry's (:mod:`demitasse.compress.quantize`): a plain family
 is its own name (``float32``, ``int8``, ``binary``), a sized family carries its size
 (``pq16``: 16-byte product codes). Compressors are ``"none"`` (the encoder's own vectors), the
-registered methods that are fitted on vectors, and presets: a method with preset parameters
-(``pca-abtt``). The command line, :class:`~demitasse.model.CompressedModel`, the evaluation
-grid and the tune sweep all resolve names here, so they accept the same ones.
+registered methods, which are fitted on vectors, and presets: a method with preset parameters
+(``pca-abtt``); a built compressor (a pooler, trained with its encoder) is refused by name.
+The command line, :class:`~demitasse.model.CompressedModel`, the evaluation grid and the tune
+sweep all resolve names here, so they accept the same ones.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any
 
 from demitasse.compress.base import (
     Compressor,
-    compressor_class,
+    built_compressor_error,
+    built_compressor_names,
     compressor_names,
     make_compressor,
 )
@@ -26,7 +28,12 @@ from demitasse.compress.quantize import (
     quantizer_names,
     resolve_precision,
 )
-from demitasse.errors import CompressorError
+from demitasse.errors import (
+    IncompatibleInputError,
+    ParameterError,
+    UnknownCompressionNameError,
+    UnknownNameError,
+)
 
 # ---- precisions --------------------------------------------------------------------------------
 
@@ -38,7 +45,8 @@ _SHOWN_CHARS = 40
 
 def check_precision(precision: Any) -> str:
     """The canonical name of ``precision`` (``"pq08"`` → ``"pq8"``), its size checked; a
-    one-line :class:`CompressorError` for anything else."""
+    one-line :class:`UnknownNameError` for an unknown name, :class:`ParameterError` for a size
+    out of range."""
     return make_quantizer(precision).precision
 
 
@@ -47,7 +55,7 @@ def accepts_width(quantizer: Quantizer, dim: int) -> bool:
     width (a rotation, codebooks) takes exactly that width, no Matryoshka prefix."""
     try:
         quantizer._check_width(int(dim))
-    except CompressorError:
+    except IncompatibleInputError:
         return False
     return True
 
@@ -58,7 +66,7 @@ def plain_precisions() -> list[str]:
     for family in quantizer_names():
         try:
             resolve_precision(family)
-        except CompressorError:  # a sized family: its name needs a size
+        except UnknownNameError:  # a sized family: its name needs a size
             continue
         plain.append(family)
     return sorted(plain, key=precision_sort_key)
@@ -84,7 +92,7 @@ def precision_sort_key(precision: str) -> tuple[int, int, str, int]:
     then names that are no precision, by name."""
     try:
         quantizer = make_quantizer(precision)
-    except (ValueError, TypeError):  # CompressorError among them
+    except (ValueError, TypeError):  # UnknownNameError and ParameterError among them
         return (2, 0, str(precision), 0)
     if quantizer.size_param is None:
         return (0, -quantizer.bytes_per_vector(_PROBE_DIM), quantizer.family, 0)
@@ -110,32 +118,29 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 def compressor_choices() -> list[str]:
-    """Every compressor name a user may give: ``none``, the registered methods fitted on
-    vectors, then the presets."""
-    fitted = [m for m in compressor_names() if compressor_class(m).fits_on_vectors]
-    return [NO_COMPRESSOR, *fitted, *PRESETS]
+    """Every compressor name a user may give: ``none``, the registered methods (all fitted on
+    vectors; the built ones, a pooler, are not named), then the presets."""
+    return [NO_COMPRESSOR, *compressor_names(), *PRESETS]
 
 
 def resolve_compressor(name: Any) -> tuple[str | None, dict[str, Any]]:
     """The registered method a compressor name builds and its preset parameters (values may
     be :data:`AUTO`: see :func:`resolve_auto`); ``(None, {})`` for ``none``."""
     if not isinstance(name, str):
-        raise CompressorError(f"a compressor name is a string such as 'pca', not {name!r}")
+        raise UnknownCompressionNameError(
+            f"a compressor name is a string such as 'pca', not {name!r}"
+        )
     if name == NO_COMPRESSOR:
         return None, {}
     if name in PRESETS:
         method, params = PRESETS[name]
         return method, dict(params)
-    known = ", ".join(compressor_choices())
     if name in compressor_names():
-        cls = compressor_class(name)
-        if not cls.fits_on_vectors:
-            raise CompressorError(
-                f"a {name} compressor is not fitted on vectors but built from training (see "
-                f"{cls.__module__}.{cls.__qualname__}); fitted by name: {known}"
-            )
         return name, {}
-    raise CompressorError(f"unknown compressor {name[:_SHOWN_CHARS]!r}; known: {known}")
+    if name in built_compressor_names():
+        raise built_compressor_error(name)
+    known = ", ".join(compressor_choices())
+    raise UnknownCompressionNameError(f"unknown compressor {name[:_SHOWN_CHARS]!r}; known: {known}")
 
 
 def named_compressor(
@@ -146,7 +151,7 @@ def named_compressor(
     method, preset = resolve_compressor(name)
     if method is None:
         if params:
-            raise CompressorError("compressor_params need a compressor; 'none' has none")
+            raise ParameterError("compressor_params need a compressor; 'none' has none")
         return None, {}
     params = {**preset, **params}
     auto = auto_params(params)
@@ -170,7 +175,7 @@ def resolve_auto(params: dict[str, Any], input_dim: int) -> dict[str, Any]:
         resolved["abtt"] = max(1, int(input_dim) // 100)
     left = sorted(auto_params(resolved))
     if left:
-        raise CompressorError(f"{left[0]}={AUTO} has no automatic value; give a number")
+        raise ParameterError(f"{left[0]}={AUTO} has no automatic value; give a number")
     return resolved
 
 
