@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> tuple[list[ResultRecord], list[list[object]
             spec = parse_compressor_specs(spec_text)[0]
             model = CompressedModel(encoder, precision=precision)
             model.compressor = spec.build(encoder.dim, dim)
-            model.fit(fit_texts, fit_data=STSB_FIT_DATA).save(Path(scratch) / spec_text)
+            model.fit(fit_texts, data_label=STSB_FIT_DATA).save(Path(scratch) / spec_text)
             loaded = CompressedModel.load(Path(scratch) / spec_text)
             saved = evaluate_model(loaded, tasks, extra={"path": "model directory"})
             sweep = evaluate_grid(

@@ -125,9 +125,9 @@ def make_model(encoder: str | None, texts: Any, out: Path, **kwargs: Any) -> Pat
         return out
     model = CompressedModel(encoder, **kwargs)
     if encoder is None:
-        model.fit(vectors=texts, fit_data="scale benchmark sample")
+        model.fit(vectors=texts, data_label="scale benchmark sample")
     else:
-        model.fit(texts, fit_data="scale benchmark sample")
+        model.fit(texts, data_label="scale benchmark sample")
     return model.save(out)
 
 

@@ -145,7 +145,7 @@ def fitted_model(encoder: CachedEncoder, variant: Variant, corpus: np.ndarray) -
         quantizer_params={"rotation": variant.rotation} if variant.rotation != "none" else None,
         rescore_factor=variant.factor,
     )
-    return model.fit(vectors=corpus, fit_data=FIT_DATA)
+    return model.fit(vectors=corpus, data_label=FIT_DATA)
 
 
 def label_free(
@@ -156,8 +156,8 @@ def label_free(
     ranked by the similarity the model scores pairs with (a rescoring model: its rescoring
     similarity, so all documents are rescored)."""
     first_stage, rescore_queries = model.search_queries(corpus if queries is None else queries)
-    factor = model.rescore_factor
-    if pairs and model.rescores:
+    factor = model.recipe.rescore_factor
+    if pairs and model.rescoring is not None:
         factor = float(len(corpus))
     agreement = neighbourhood_agreement(
         corpus, model.search_index(corpus), first_stage, reference_queries=queries,

@@ -38,6 +38,7 @@ from demitasse.evaluation import (
     write_records,
 )
 from demitasse.latency import measure_search_latency
+from demitasse.model import encoder_vectors
 from demitasse.report import markdown_table
 from demitasse.store import LanceStore
 from lab.templates import fill_section
@@ -59,7 +60,7 @@ def fitted_model(name: str, corpus: BeirDataset, factor: float) -> CompressedMod
         rescore_factor=factor,
         rescore_precision="int8",
     )
-    return model.fit(vectors=model.embed(corpus.corpus_texts), fit_data=FIT_DATA)
+    return model.fit(vectors=encoder_vectors(model, corpus.corpus_texts), data_label=FIT_DATA)
 
 
 def disk_bytes(path: Path) -> int:
@@ -87,8 +88,10 @@ def in_memory(model: CompressedModel, scifact: BeirDataset, repeats: int) -> dic
     ndcg = next(r.score for r in records if r.metric == "ndcg@10" and r.dataset == scifact.name)
     index = model.search_index(scifact.corpus_texts)
     first_stage, rescore_queries = model.search_queries(scifact.query_texts)
-    latency = measure_search_latency(index, first_stage, K, rescore_multiplier=model.rescore_factor,
-                                     rescore_queries=rescore_queries, repeats=repeats)  # fmt: skip
+    latency = measure_search_latency(
+        index, first_stage, K, rescore_multiplier=model.recipe.rescore_factor,
+        rescore_queries=rescore_queries, repeats=repeats,
+    )  # fmt: skip
     return {"ndcg@10": ndcg, "latency_p50_ms": latency.p50_ms, "latency_p99_ms": latency.p99_ms}
 
 
@@ -122,7 +125,7 @@ def through_lancedb(
 def records_of(model: CompressedModel, figures: dict, where: str, extra: dict) -> list:
     return [
         ResultRecord(
-            model=model.name,
+            model=model.recipe.name,
             layer=None,
             method="pca",
             dim=128,

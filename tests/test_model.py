@@ -37,12 +37,13 @@ def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_fit_encode_save_load_round_trip(tiny_model: Path, tmp_path: Path) -> None:
     texts = _sentences(200)
     model = CompressedModel(tiny_model, layer=2, compressor="pca", dim=8, precision="int8")
-    assert model.fit(texts, fit_data="random words") is model
+    assert model.fit(texts, data_label="random words") is model
     assert model.dims == list(range(8, 0, -1))
     assert model.precisions == ["float32", "int8", "binary"]
     queries = _sentences(5, seed=1)
-    vectors = model.encode(queries, dim=4)
+    vectors = model.encode(queries, dim=4, precision="float32")
     codes = model.encode(queries, precision="int8")
+    np.testing.assert_array_equal(model.encode(queries), codes)  # the model's own precision
     bits = model.encode(queries, precision="binary")
     assert vectors.shape == (5, 4) and vectors.dtype == np.float32
     assert codes.shape == (5, 8) and codes.dtype == np.int8
@@ -52,12 +53,14 @@ def test_fit_encode_save_load_round_trip(tiny_model: Path, tmp_path: Path) -> No
     np.testing.assert_allclose(
         vectors, model.compressor.transform(layer_vectors, dim=4), rtol=1e-5, atol=1e-6
     )
-    np.testing.assert_allclose(model.transform(layer_vectors, dim=4), vectors, atol=1e-6)
+    np.testing.assert_allclose(
+        model.transform(layer_vectors, dim=4, precision="float32"), vectors, atol=1e-6
+    )
 
     model.save(tmp_path / "m")
     loaded = CompressedModel.load(tmp_path / "m")
     assert np.array_equal(loaded.encode(queries, precision="int8"), codes)
-    assert np.array_equal(loaded.encode(queries, dim=4), vectors)
+    assert np.array_equal(loaded.encode(queries, dim=4, precision="float32"), vectors)
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     assert config["layer"] == 2 and config["method"] == "pca" and config["output_dim"] == 8
     assert config["encoder"]["source"] == str(tiny_model.resolve())
@@ -84,8 +87,8 @@ def test_vectors_only_model(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     vectors = rng.standard_normal((300, 24)).astype(np.float32)
     model = CompressedModel(compressor="pca", dim=8, precision="binary")
-    model.fit(vectors=vectors, fit_data="api vectors")
-    assert model.name == "vectors" and not model.has_encoder
+    model.fit(vectors=vectors, data_label="api vectors")
+    assert model.recipe.name == "vectors" and model.recipe.encoder is None
     out = model.transform(vectors[:10], dim=8, precision="binary")
     assert out.shape == (10, 1)
     with pytest.raises(DemitasseError, match="vectors-only"):
@@ -103,7 +106,7 @@ def test_quantised_transform_of_many_rows_equals_the_steps() -> None:
     x = rng.normal(size=(20_000, 24)).astype(np.float32)
     for precision in ("int8", "binary"):
         model = CompressedModel(None, compressor="pca", dim=8, precision=precision)
-        model.fit(vectors=x[:2000], fit_data="synthetic")
+        model.fit(vectors=x[:2000], data_label="synthetic")
         assert model.quantizer is not None and model.compressor is not None
         steps = model.quantizer.quantize(model.compressor.transform(x))
         np.testing.assert_array_equal(model.transform(x, precision=precision), steps)
@@ -233,7 +236,7 @@ def test_a_static_model_fits_encodes_and_exports_to_model2vec(tmp_path: Path) ->
     StaticModel(rng.standard_normal((vocabulary, 32)), tokenizer).save(tmp_path / "static")
     texts = _sentences(80)
     model = CompressedModel(tmp_path / "static", compressor="truncate", dim=16).fit(texts)
-    assert model.encoder_kind == "static"
+    assert model.recipe.encoder_kind == "static"
     model.save(tmp_path / "m")
     assert main(["export", str(tmp_path / "m"), "--format", "model2vec", "--dim", "12",
                  "--out", str(tmp_path / "m2v")]) == 0  # fmt: skip

@@ -83,28 +83,43 @@ def rescoring_model(docs: np.ndarray, **settings: object) -> CompressedModel:
         quantizer_params={"rotation": "itq"},
         **settings,  # type: ignore[arg-type]
     )
-    return model.fit(vectors=docs, fit_data="synthetic")
+    return model.fit(vectors=docs, data_label="synthetic")
+
+
+def _store_bytes(model: CompressedModel) -> int:
+    """Bytes per document of the model's rescoring store (0 without one)."""
+    store = model.stages().rescore_store
+    return 0 if store is None else store.bytes_per_vector(WIDTH)
+
+
+def _reduced(model: CompressedModel, vectors: np.ndarray) -> np.ndarray:
+    """The compressed float vectors the first stage searches with."""
+    return model.transform(vectors, precision="float32", normalize=False)
 
 
 def test_fit_keeps_int8_ranges_of_the_encoders_normalised_full_output(docs: np.ndarray) -> None:
     model = rescoring_model(docs, rescore_factor=4)
-    assert model.rescores and model.rescore_precision == "int8"
-    assert model.rescore_quantizer is not None
-    assert model.rescore_quantizer.n_features_in_ == WIDTH  # before the compressor, not 8
+    assert (model.rescoring is not None) and model.recipe.rescore_precision == "int8"
+    assert model.stages().rescore_store.quantizer is not None
+    assert (
+        model.stages().rescore_store.quantizer.n_features_in_ == WIDTH
+    )  # before the compressor, not 8
     expected = make_quantizer("int8").fit(unit(docs))
-    store = model.transform_for_rescoring(docs[:50])
+    store = model.stages().rescore_store.keep(docs[:50])
     assert store.dtype == np.int8 and store.shape == (50, WIDTH)
     assert np.array_equal(store, expected.quantize(unit(docs[:50])))
     floats = rescoring_model(docs, rescore_factor=2, rescore_precision="float32")
-    assert floats.rescore_quantizer is None
-    np.testing.assert_allclose(floats.transform_for_rescoring(docs[:5]), unit(docs[:5]), atol=1e-6)
+    assert floats.stages().rescore_store.quantizer is None
+    np.testing.assert_allclose(
+        floats.stages().rescore_store.keep(docs[:5]), unit(docs[:5]), atol=1e-6
+    )
 
 
 def test_bytes_are_reported_for_the_index_and_the_store_separately(docs: np.ndarray) -> None:
     plain = rescoring_model(docs)
     int8 = rescoring_model(docs, rescore_factor=4)
     floats = rescoring_model(docs, rescore_factor=4, rescore_precision="float32")
-    assert [m.rescore_bytes_per_vector() for m in (plain, int8, floats)] == [0, WIDTH, 4 * WIDTH]
+    assert [_store_bytes(m) for m in (plain, int8, floats)] == [0, WIDTH, 4 * WIDTH]
     assert {m.bytes_per_vector(precision="binary") for m in (plain, int8, floats)} == {1}
     index = int8.search_index(docs)
     assert (index.index_bytes_per_vector, index.rescore_bytes_per_vector) == (1, WIDTH)
@@ -115,16 +130,16 @@ def test_the_models_search_is_a_quantized_index_on_the_same_vectors(
     docs: np.ndarray, queries: np.ndarray
 ) -> None:
     model = rescoring_model(docs, rescore_factor=4)
-    reduced = model.compress(docs)
+    reduced = model.transform(docs, precision="float32", normalize=False)
     by_hand = QuantizedIndex(
         model.quantizer.quantize(reduced),
         model.quantizer,
         dim=8,
-        rescore_vectors=model.rescore_quantizer.quantize(unit(docs)),
-        rescore_quantizer=model.rescore_quantizer,
+        rescore_vectors=model.stages().rescore_store.quantizer.quantize(unit(docs)),
+        rescore_quantizer=model.stages().rescore_store.quantizer,
     )
     expected = by_hand.search(
-        model.compress(queries), 10, rescore_multiplier=4, rescore_queries=unit(queries)
+        _reduced(model, queries), 10, rescore_multiplier=4, rescore_queries=unit(queries)
     )
     index = model.search_index(docs)
     assert np.array_equal(index.codes, by_hand.codes)
@@ -132,11 +147,11 @@ def test_the_models_search_is_a_quantized_index_on_the_same_vectors(
     assert np.array_equal(rows, expected[1])
     np.testing.assert_allclose(scores, expected[0], rtol=1e-6)
     # Rescoring is what changed the answer: the codes alone rank otherwise.
-    plain_rows = by_hand.search(model.compress(queries), 10)[1]
+    plain_rows = by_hand.search(_reduced(model, queries), 10)[1]
     assert not np.array_equal(rows, plain_rows)
     # A factor given to search overrides the model's, as the index's multiplier.
     once = by_hand.search(
-        model.compress(queries), 10, rescore_multiplier=1, rescore_queries=unit(queries)
+        _reduced(model, queries), 10, rescore_multiplier=1, rescore_queries=unit(queries)
     )
     assert np.array_equal(model.search(index, queries, 10, rescore_factor=1)[1], once[1])
     # Rescoring with the full output finds more of the full model's own neighbours.
@@ -161,10 +176,10 @@ def test_save_and_load_keep_the_rescoring(
         }
         assert (tmp_path / precision / "rescore").is_dir() == (precision == "int8")
         loaded = CompressedModel.load(tmp_path / precision)
-        assert (loaded.rescore_factor, loaded.rescore_precision) == (2.5, precision)
+        assert (loaded.recipe.rescore_factor, loaded.recipe.rescore_precision) == (2.5, precision)
         assert "rescore_factor=2.5" in repr(loaded)
         assert np.array_equal(
-            loaded.transform_for_rescoring(queries), model.transform_for_rescoring(queries)
+            loaded.stages().rescore_store.keep(queries), model.stages().rescore_store.keep(queries)
         )
         before = model.search(model.search_index(docs), queries, 10)
         after = loaded.search(loaded.search_index(docs), queries, 10)
@@ -178,8 +193,8 @@ def test_a_model_without_rescoring_records_none(docs: np.ndarray, tmp_path: Path
     assert config["format_version"] == FORMAT_VERSION and config["rescore"] is None
     assert not (tmp_path / "m" / "rescore").exists()
     loaded = CompressedModel.load(tmp_path / "m")
-    assert not loaded.rescores and loaded.rescoring is None
-    assert loaded.rescore_bytes_per_vector() == 0
+    assert not (loaded.rescoring is not None) and loaded.rescoring is None
+    assert _store_bytes(loaded) == 0
 
 
 def test_evaluate_model_scores_a_rescoring_model_as_it_searches(
@@ -200,7 +215,9 @@ def test_evaluate_model_scores_a_rescoring_model_as_it_searches(
         precision="binary",
         rescore_factor=4,
     )
-    encoded.quantizer, encoded.rescore_quantizer = model.quantizer, model.rescore_quantizer
+    encoded.quantizer = model.quantizer
+    # The rescoring ranges are fitted state with no setter: given as fit would leave them.
+    encoded._rescore_quantizer = model.stages().rescore_store.quantizer
     encoded.fit_info = model.fit_info
     records = evaluate_model(encoded, [RetrievalTask(dataset), STSTask({"Pairs": pairs})])
 
@@ -220,7 +237,9 @@ def test_evaluate_model_scores_a_rescoring_model_as_it_searches(
         assert described.items() <= record.extra.items()
         assert record.bytes_per_vector == 1 + WIDTH  # the codes and the rescoring copy
     # A pair scores as rescoring scores it: the float query against the kept int8 vector.
-    kept = model.rescore_quantizer.dequantize(model.transform_for_rescoring(docs[:30]))
+    kept = model.stages().rescore_store.quantizer.dequantize(
+        model.stages().rescore_store.keep(docs[:30])
+    )
     similarity = (unit(kept) * unit(queries)).sum(axis=1)
     (sts,) = [r for r in records if r.task == "sts"]
     assert sts.score == pytest.approx(spearman_x100(similarity, pairs.scores))
@@ -238,8 +257,7 @@ def test_bad_rescoring_settings_fail_in_one_line(docs: np.ndarray, tmp_path: Pat
         with pytest.raises(CompressorError, match=message):
             CompressedModel(compressor="pca", dim=4, **settings)  # type: ignore[arg-type]
     plain = rescoring_model(docs)
-    with pytest.raises(CompressorError, match="does not rescore"):
-        plain.transform_for_rescoring(docs)
+    assert plain.stages().rescore_store is None and plain.rescoring is None
     with pytest.raises(CompressorError, match="does not rescore"):
         plain.search(plain.search_index(docs), docs[:2], rescore_factor=4)
     with pytest.raises(CompressorError, match="not fitted"):

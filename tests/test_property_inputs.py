@@ -610,7 +610,7 @@ def use(kind: str, folder: Path) -> None:
     else:
         model = clean(CompressedModel.load, folder, cache=False)
     if model is not None:
-        width = model.input_dim if 0 < model.input_dim <= 64 else WIDTH
+        width = model.recipe.input_dim if 0 < model.recipe.input_dim <= 64 else WIDTH
         vectors = np.ones((3, width), np.float32)
         for precision in ("float32", "int8", "binary"):
             clean(model.transform, vectors, precision=precision)

@@ -25,7 +25,7 @@ def _vectors(seed: int = 0) -> np.ndarray:
 
 def _pca_model(seed: int = 0, dim: int = 8) -> CompressedModel:
     model = CompressedModel(compressor="pca", dim=dim, precision="int8")
-    return model.fit(vectors=_vectors(seed), fit_data="api vectors")
+    return model.fit(vectors=_vectors(seed), data_label="api vectors")
 
 
 def test_equal_fits_have_equal_provenance_and_it_survives_save_and_load(tmp_path: Path) -> None:

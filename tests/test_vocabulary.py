@@ -28,6 +28,7 @@ from demitasse.compress import (
     resolve_precision,
     sort_precisions,
 )
+from demitasse.compress.base import built_compressor_names
 from demitasse.errors import CompressorError, DemitasseError, ExportError
 from demitasse.export.sentence_transformers import check_exportable
 from demitasse.model import CompressedModel
@@ -195,15 +196,17 @@ def test_compressor_names_are_the_same_for_the_cli_and_the_model(
         assert parse_compressor_specs(name)[0].params == params
     spec = parse_compressor_specs("pca-abtt")[0].build(input_dim=24, max_dim=8)
     model = CompressedModel(compressor="pca-abtt", dim=8).fit(vectors=vectors)
-    assert model.compressor is not None and model.method == "pca"
+    assert model.compressor is not None and model.recipe.compressor == "pca"
     assert model.compressor.get_params() == spec.get_params()
     assert model.compressor.get_params()["abtt"] == 1  # max(1, 24 // 100)
     assert CompressedModel(compressor="none").compressor is None
     whitened = CompressedModel(compressor="pca-whiten", dim=8, compressor_params={"abtt": 2})
     assert whitened.compressor is not None
     assert whitened.compressor.get_params() | {"dim": 8} == {"dim": 8, "whiten": True, "abtt": 2}
-    # A pooler is trained with its encoder: named, it is refused up front by both.
-    assert "pooler" in compressor_names() and "pooler" not in compressor_choices()
+    # A pooler is trained with its encoder, a built compressor and no estimator: named, it is
+    # refused up front by both.
+    assert "pooler" in built_compressor_names() and "pooler" not in compressor_choices()
+    assert "pooler" not in compressor_names()
     with pytest.raises(CompressorError, match="not fitted on vectors"):
         CompressedModel(compressor="pooler", dim=8)
     with pytest.raises(DemitasseError, match="unknown compressor 'svd'"):
@@ -239,7 +242,7 @@ def test_a_model_of_codebook_codes_fits_transforms_saves_and_loads_bit_identical
     assert model.quantizer is not None and model.quantizer.n_features_in_ == (dim or 24)
     model.save(tmp_path / "m")
     loaded = CompressedModel.load(tmp_path / "m")
-    assert loaded.precision == precision and loaded.precisions == model.precisions
+    assert loaded.recipe.precision == precision and loaded.precisions == model.precisions
     np.testing.assert_array_equal(loaded.transform(vectors[:50], precision=precision), codes)
     assert loaded.state_hash() == model.state_hash()
     for other in ("float32", "binary"):
@@ -250,7 +253,7 @@ def test_a_model_of_codebook_codes_fits_transforms_saves_and_loads_bit_identical
     with pytest.raises(CompressorError, match="precision 'int8' is not available"):
         model.transform(vectors[:5], precision="int8")
     if compressor is not None:  # Matryoshka floats, but the codes take the full width only
-        assert model.transform(vectors[:5], dim=8).shape == (5, 8)
+        assert model.transform(vectors[:5], dim=8, precision="float32").shape == (5, 8)
         with pytest.raises(CompressorError, match=f"the {precision[:2]} codes"):
             model.transform(vectors[:5], dim=8, precision=precision)
 

@@ -14,7 +14,12 @@ from demitasse.compress import Quantizer, check_precision
 from demitasse.compress.vocabulary import accepts_width
 from demitasse.data import check_texts
 from demitasse.encoders.base import check_batch_size
-from demitasse.errors import CompressorError, DataError, DemitasseError
+from demitasse.errors import (
+    DataError,
+    DemitasseError,
+    IncompatibleInputError,
+    ParameterError,
+)
 
 
 def check_settings(layer: Any, batch_size: Any) -> None:
@@ -28,7 +33,7 @@ def check_offered_precision(precision: Any, precisions: list[str]) -> str:
     """The canonical name of ``precision``, one of the ``precisions`` a model offers."""
     precision = check_precision(precision)
     if precision not in precisions:
-        raise CompressorError(
+        raise ParameterError(
             f"precision {precision!r} is not available: this model was fitted for "
             f"{', '.join(precisions)} (fit with precision={precision!r} to calibrate it)"
         )
@@ -38,7 +43,7 @@ def check_offered_precision(precision: Any, precisions: list[str]) -> str:
 def check_dim(dim: Any) -> None:
     """A width asked for: a positive integer."""
     if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or dim < 1:
-        raise CompressorError(f"dim must be a positive integer, got {dim!r}")
+        raise ParameterError(f"dim must be a positive integer, got {dim!r}")
 
 
 def check_width(
@@ -50,7 +55,7 @@ def check_width(
     # Not ``dim in model.dims``: a corrupt config may claim a width of 10**12.
     if dim > output_dim or (dim != output_dim and not matryoshka):
         supported = f"1..{output_dim}" if matryoshka else str(output_dim)
-        raise CompressorError(
+        raise ParameterError(
             f"dim {dim} is not available: this model produces {supported} dimensions"
         )
     if (
@@ -62,8 +67,8 @@ def check_width(
         what = f"{quantizer.family} codes span"
         if rotation != "none":
             what = f"{rotation} rotation of the {quantizer.family} codes spans"
-        raise CompressorError(f"dim {dim} is not available at precision {precision}: the "
-                              f"{what} all {output_dim} dimensions")  # fmt: skip
+        raise ParameterError(f"dim {dim} is not available at precision {precision}: the "
+                             f"{what} all {output_dim} dimensions")  # fmt: skip
     return int(dim)
 
 
@@ -79,7 +84,9 @@ def check_vectors(vectors: Any, expected: int | None) -> np.ndarray:
     if X.ndim != 2 or X.shape[0] == 0 or X.dtype.kind not in "fiu":
         raise DataError(f"vectors must be a non-empty 2-D array of numbers, got {X.shape}")
     if expected is not None and X.shape[1] != expected:
-        raise DataError(f"vectors have {X.shape[1]} dimensions but this model takes {expected}")
+        raise IncompatibleInputError(
+            f"vectors have {X.shape[1]} dimensions but this model takes {expected}"
+        )
     # NaN, inf, or a float64 too large for float32 (hashing and compressing cast to it).
     check_finite(X, name="vectors")
     return X

@@ -36,7 +36,6 @@ from typing import Any
 from demitasse.encoders.base import Encoder, check_backend
 from demitasse.encoders.onnx_graph import OnnxGraphEncoder, read_graph_spec
 from demitasse.errors import DemitasseError
-from demitasse.model_files import directory_fingerprint
 
 logger = logging.getLogger(__name__)
 #: What the source transformer encoder runs on (the ``train`` extra).
@@ -83,7 +82,10 @@ class EncoderLink:
         # A graph encoder stands for its source: the fingerprint recorded with the graph.
         fingerprint = getattr(encoder, "source_fingerprint", None)
         if fingerprint is None and path is not None:
-            fingerprint = directory_fingerprint(Path(path))
+            from demitasse.encoders.cache import fingerprint_directory
+
+            folder = Path(path)
+            fingerprint = fingerprint_directory(folder) if folder.is_dir() else None
         self.ref = {
             "source": source,
             "kind": "static" if type(encoder).__name__ == "StaticModel" else "transformer",

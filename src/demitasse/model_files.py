@@ -26,15 +26,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from demitasse.compress import Compressor, Quantizer, load_compressor, load_quantizer
-from demitasse.errors import CompressorError, DemitasseError
+from demitasse.errors import DemitasseError, ParameterError, SavedStateError
 from demitasse.io import MARKER, atomic_directory, check_directory_target
 from demitasse.persistence import CONFIG_FILE, demitasse_version, read_config
 from demitasse.search import RESCORE_PRECISIONS
+
+if TYPE_CHECKING:
+    from demitasse.model_recipe import Recipe, RuntimeSettings
 
 MODEL_KIND = "demitasse-model"
 #: 3: every model records its rescoring settings (null when it does not rescore).
@@ -49,32 +52,6 @@ OUTPUT_KIND = "model"
 
 #: The saved parts of a model, by the folder each is saved in (None: the model has none).
 Parts = dict[str, Compressor | Quantizer | None]
-
-
-class RecordedModel(Protocol):
-    """What a model's records read of it (a :class:`~demitasse.model.CompressedModel`)."""
-
-    layer: int | None
-    compressor: Compressor | None
-    quantizer: Quantizer | None
-    rescore_quantizer: Quantizer | None
-    precision: str
-    normalize: bool
-    batch_size: int
-    rescore_factor: float | None
-    rescore_precision: str | None
-    fit_info: dict[str, Any] | None
-
-    @property
-    def input_dim(self) -> int: ...
-    @property
-    def output_dim(self) -> int: ...
-    @property
-    def method(self) -> str: ...
-    @property
-    def backend(self) -> str: ...
-    @property
-    def precisions(self) -> list[str]: ...
 
 
 @dataclass
@@ -103,47 +80,54 @@ class SavedModel:
 
 
 def model_config(
-    model: RecordedModel, encoder: dict[str, Any] | None, matryoshka: bool
+    recipe: Recipe,
+    settings: RuntimeSettings,
+    encoder: dict[str, Any] | None,
+    output_dim: int,
+    precisions: list[str],
+    matryoshka: bool,
+    fit_info: dict[str, Any] | None,
+    *,
+    has_rescore_ranges: bool,
 ) -> dict[str, Any]:
-    """The config.json of a fitted ``model`` whose encoder is recorded as ``encoder`` and
-    whose widths below the widest are prefixes when it is ``matryoshka``."""
+    """The config.json of a fitted model of ``recipe`` run with ``settings``, whose encoder
+    is recorded as ``encoder`` and whose widths below the widest are prefixes when it is
+    ``matryoshka``."""
     rescore = None
-    if model.rescore_factor is not None:
+    if recipe.rescore_factor is not None:
         rescore = {
-            "factor": model.rescore_factor,
-            "precision": model.rescore_precision,
-            "quantizer": None if model.rescore_quantizer is None else RESCORE_DIR,
+            "factor": recipe.rescore_factor,
+            "precision": recipe.rescore_precision,
+            "quantizer": RESCORE_DIR if has_rescore_ranges else None,
         }
     return {
         "kind": MODEL_KIND,
         "format_version": FORMAT_VERSION,
         "demitasse_version": demitasse_version(),
         "encoder": encoder,
-        "layer": model.layer,
-        "input_dim": model.input_dim,
-        "compressor": None if model.compressor is None else COMPRESSOR_DIR,
-        "method": model.method,
-        "precision": model.precision,
-        "quantizer": None if model.quantizer is None else QUANTIZER_DIR,
-        "normalize": model.normalize,
-        "batch_size": model.batch_size,
-        "backend": model.backend,
-        "output_dim": model.output_dim,
+        "layer": recipe.layer,
+        "input_dim": recipe.input_dim,
+        "compressor": None if recipe.compressor == "none" else COMPRESSOR_DIR,
+        "method": recipe.compressor,
+        "precision": recipe.precision,
+        "quantizer": None if recipe.precision == "float32" else QUANTIZER_DIR,
+        "normalize": recipe.normalize,
+        "batch_size": settings.batch_size,
+        "backend": settings.backend,
+        "output_dim": output_dim,
         "matryoshka": matryoshka,
-        "precisions": model.precisions,
-        "fit": model.fit_info,
+        "precisions": precisions,
+        "fit": fit_info,
         "rescore": rescore,
         "graph": None,
     }
 
 
-def model_parts(model: RecordedModel) -> Parts:
-    """The fitted parts of ``model``, by the folder each is saved in."""
-    return {
-        COMPRESSOR_DIR: model.compressor,
-        QUANTIZER_DIR: model.quantizer,
-        RESCORE_DIR: model.rescore_quantizer,
-    }
+def model_parts(
+    compressor: Compressor | None, quantizer: Quantizer | None, rescore_ranges: Quantizer | None
+) -> Parts:
+    """A model's fitted parts, by the folder each is saved in."""
+    return {COMPRESSOR_DIR: compressor, QUANTIZER_DIR: quantizer, RESCORE_DIR: rescore_ranges}
 
 
 def write_model_dir(
@@ -171,26 +155,31 @@ def _save_parts(root: Path, parts: Parts) -> None:
             part.save(root / directory)
 
 
-def fitted_state_hash(model: RecordedModel) -> str:
-    """A content hash of everything fitted in ``model`` (compressor, quantisers, rescoring
-    ranges) and of the settings that change vectors: equal hashes give equal outputs."""
-    import tempfile
-
-    from demitasse.encoders.cache import fingerprint_directory
-
+def fitted_state_hash(recipe: Recipe, parts: Parts) -> str:
+    """A content hash of everything fitted (``parts``: compressor, quantisers, rescoring
+    ranges: each one's saved parameters and arrays) and of the settings of ``recipe`` that
+    change vectors: equal hashes give equal outputs. Computed in memory, nothing written."""
+    digest = hashlib.sha256()
     settings = {
-        "layer": model.layer,
-        "normalize": model.normalize,
-        "precision": model.precision,
-        "rescore": [model.rescore_factor, model.rescore_precision],
+        "layer": recipe.layer,
+        "normalize": recipe.normalize,
+        "precision": recipe.precision,
+        "rescore": [recipe.rescore_factor, recipe.rescore_precision],
     }
-    with tempfile.TemporaryDirectory(prefix="demitasse-state-") as tmp:
-        root = Path(tmp)
-        _save_parts(root, model_parts(model))
-        for volatile in root.rglob(MARKER):
-            volatile.unlink()
-        (root / "settings.json").write_text(json.dumps(settings, sort_keys=True))
-        return fingerprint_directory(root)
+    digest.update(json.dumps(settings, sort_keys=True).encode())
+    for directory, part in sorted(parts.items()):
+        if part is None:
+            continue
+        config, arrays = part.saved_state()
+        # The versions of demitasse that wrote it do not change what it computes.
+        config = {key: value for key, value in config.items() if key != "demitasse_version"}
+        digest.update(directory.encode() + b"\0")
+        digest.update(json.dumps(config, sort_keys=True, default=str).encode())
+        for name in sorted(arrays):
+            array = np.ascontiguousarray(arrays[name])
+            digest.update(f"{name}:{array.dtype.str}:{array.shape}".encode())
+            digest.update(array.tobytes())
+    return digest.hexdigest()
 
 
 # ---- read ------------------------------------------------------------------------------------
@@ -207,6 +196,31 @@ def is_model_dir(path: str | Path) -> bool:
         return read_model_config(path).get("kind") == MODEL_KIND
     except DemitasseError:
         return False
+
+
+def is_saved_compressor(path: str | Path) -> bool:
+    """Whether ``path`` holds a saved compressor (a sentence-transformers folder has a
+    config.json too, without this kind)."""
+    try:
+        return read_config(Path(path), "model").get("kind") == "compressor"
+    except DemitasseError:
+        return False
+
+
+def holds_saved_output(path: str | Path) -> bool:
+    """Whether ``path`` is a folder demitasse wrote (its marker) or one whose config.json is
+    not even JSON: loaded as a model, to say what is wrong with it, never as an encoder."""
+    folder = Path(path)
+    if (folder / MARKER).is_file():
+        return True
+    config = folder / CONFIG_FILE
+    if not config.is_file():
+        return False
+    try:
+        json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return True
+    return False
 
 
 def check_model_target(path: str | Path) -> Path:
@@ -229,7 +243,7 @@ def read_model_dir(path: str | Path) -> SavedModel:
 def _field(config: dict[str, Any], path: Path, key: str, kinds: type | tuple[type, ...]) -> Any:
     value = config.get(key)
     if not isinstance(value, kinds) or isinstance(value, bool) != (kinds is bool):
-        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: bad or missing {key!r}")
+        raise SavedStateError(f"invalid {CONFIG_FILE} in {path}: bad or missing {key!r}")
     return value
 
 
@@ -238,7 +252,7 @@ def _check_format(path: Path, config: dict[str, Any]) -> None:
     version = _field(config, path, "format_version", int)
     if version != FORMAT_VERSION:
         remedy = "upgrade demitasse" if version > FORMAT_VERSION else "fit it again"
-        raise CompressorError(
+        raise SavedStateError(
             f"model directory {path} was written in format {version}; this demitasse reads "
             f"format {FORMAT_VERSION} — {remedy}"
         )
@@ -250,11 +264,11 @@ def _read_model(path: Path, config: dict[str, Any]) -> SavedModel:
     if encoder is not None and not (
         isinstance(encoder, dict) and isinstance(encoder.get("source"), str)
     ):
-        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: bad 'encoder'")
+        raise SavedStateError(f"invalid {CONFIG_FILE} in {path}: bad 'encoder'")
     layer = None if config.get("layer") is None else _field(config, path, "layer", int)
     fit_info = config.get("fit")
     if not isinstance(fit_info, dict):
-        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: bad or missing 'fit'")
+        raise SavedStateError(f"invalid {CONFIG_FILE} in {path}: bad or missing 'fit'")
     compressor = load_compressor(path / COMPRESSOR_DIR) if config.get("compressor") else None
     precision = _field(config, path, "precision", str)
     saved = SavedModel(
@@ -272,19 +286,19 @@ def _read_model(path: Path, config: dict[str, Any]) -> SavedModel:
         backend=_field(config, path, "backend", str),
     )
     if compressor is not None and compressor.n_features_in_ != saved.input_dim:
-        raise CompressorError(f"{path}: compressor/ takes {compressor.n_features_in_} dims, "
+        raise SavedStateError(f"{path}: compressor/ takes {compressor.n_features_in_} dims, "
                               f"config.json says {saved.input_dim}")  # fmt: skip
     if config.get("quantizer"):
         saved.quantizer = load_quantizer(path / QUANTIZER_DIR)
         if saved.quantizer.precision != precision:
-            raise CompressorError(f"{path}: quantizer/ does not match precision {precision}")
+            raise SavedStateError(f"{path}: quantizer/ does not match precision {precision}")
     elif precision != "float32":
-        raise CompressorError(f"{path}: precision {precision} needs quantizer/, missing")
+        raise SavedStateError(f"{path}: precision {precision} needs quantizer/, missing")
     _read_rescoring(saved, config)
     graph = config.get("graph")  # absent: written before graphs were (read as none)
     if graph is not None:
         if graph != GRAPH_DIR or not (path / GRAPH_DIR).is_dir():
-            raise CompressorError(f"{path}: config.json names the graph folder {graph!r}, "
+            raise SavedStateError(f"{path}: config.json names the graph folder {graph!r}, "
                                   f"expected {GRAPH_DIR}/ (missing or renamed)")  # fmt: skip
         saved.graph = path / GRAPH_DIR
     return saved
@@ -295,33 +309,51 @@ def _read_rescoring(saved: SavedModel, config: dict[str, Any]) -> None:
     final)."""
     path = saved.path
     if "rescore" not in config:
-        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: missing 'rescore'")
+        raise SavedStateError(f"invalid {CONFIG_FILE} in {path}: missing 'rescore'")
     rescore = config["rescore"]
     if rescore is None:
         return
     if not isinstance(rescore, dict):
-        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: bad 'rescore'")
+        raise SavedStateError(f"invalid {CONFIG_FILE} in {path}: bad 'rescore'")
     try:
         saved.rescore_factor, saved.rescore_precision = rescoring_settings(
             rescore.get("factor"), rescore.get("precision")
         )
     except DemitasseError as exc:
-        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: 'rescore': {exc}") from None
+        raise SavedStateError(f"invalid {CONFIG_FILE} in {path}: 'rescore': {exc}") from None
     if saved.rescore_factor is None:
-        raise CompressorError(f"invalid {CONFIG_FILE} in {path}: 'rescore' lacks its factor")
+        raise SavedStateError(f"invalid {CONFIG_FILE} in {path}: 'rescore' lacks its factor")
     stored = rescore.get("quantizer")
     if saved.rescore_precision != "int8":
         if stored is not None:
-            raise CompressorError(f"{path}: float32 rescoring takes no {RESCORE_DIR}/")
+            raise SavedStateError(f"{path}: float32 rescoring takes no {RESCORE_DIR}/")
         return
     if stored != RESCORE_DIR:
-        raise CompressorError(f"{path}: int8 rescoring needs {RESCORE_DIR}/, missing")
+        raise SavedStateError(f"{path}: int8 rescoring needs {RESCORE_DIR}/, missing")
     quantizer = load_quantizer(path / RESCORE_DIR)
     if quantizer.precision != "int8" or quantizer.n_features_in_ != saved.input_dim:
-        raise CompressorError(
+        raise SavedStateError(
             f"{path}: {RESCORE_DIR}/ must hold int8 ranges of the encoder's {saved.input_dim} dims"
         )
     saved.rescore_quantizer = quantizer
+
+
+def saved_rescoring(
+    saved: SavedModel, factor: float | None, precision: str | None
+) -> tuple[float | None, str | None]:
+    """The rescoring a loaded model searches with: the saved one, or ``factor`` (with
+    ``precision``, default the saved one or int8) in its place."""
+    if factor is None:
+        if precision is not None:
+            raise ParameterError("rescore_precision needs rescore_factor")
+        return saved.rescore_factor, saved.rescore_precision
+    precision = precision or saved.rescore_precision or "int8"
+    if precision == "int8" and saved.rescore_quantizer is None:
+        raise ParameterError(
+            f"the model directory {saved.path} keeps no int8 ranges of its encoder's output "
+            "for rescoring (fit it with rescore_factor); rescore with float32"
+        )
+    return rescoring_settings(factor, precision)
 
 
 def rescoring_settings(factor: Any, precision: Any) -> tuple[float | None, str | None]:
@@ -329,18 +361,18 @@ def rescoring_settings(factor: Any, precision: Any) -> tuple[float | None, str |
     keeps int8 vectors."""
     if factor is None:
         if precision is not None:
-            raise CompressorError(
+            raise ParameterError(
                 f"rescore_precision {precision!r} needs rescore_factor (F ≥ 1: how many "
                 "candidates per result the codes find for rescoring)"
             )
         return None, None
     if isinstance(factor, bool) or not isinstance(factor, int | float | np.number):
-        raise CompressorError(f"rescore_factor must be a number ≥ 1, got {factor!r}")
+        raise ParameterError(f"rescore_factor must be a number ≥ 1, got {factor!r}")
     if not np.isfinite(factor) or factor < 1:
-        raise CompressorError(f"rescore_factor must be a number ≥ 1, got {factor!r}")
+        raise ParameterError(f"rescore_factor must be a number ≥ 1, got {factor!r}")
     precision = "int8" if precision is None else precision
     if precision not in RESCORE_PRECISIONS:
-        raise CompressorError(
+        raise ParameterError(
             f"rescore_precision must be one of {', '.join(RESCORE_PRECISIONS)}, got {precision!r}"
         )
     return float(factor), str(precision)
@@ -373,27 +405,20 @@ def fit_record(
 
 
 def provenance_record(
-    model: RecordedModel, encoder: dict[str, Any] | None, dim: int, precision: str
+    recipe: Recipe, state_hash: str, encoder: dict[str, Any] | None, dim: int, precision: str
 ) -> dict[str, Any]:
-    """What identifies ``model``'s output at ``dim`` and ``precision`` (see
+    """What identifies the output of a model of ``recipe`` at ``dim`` and ``precision`` (see
     :meth:`~demitasse.model.CompressedModel.provenance`); ``encoder``: what identifies it."""
     return {
         "demitasse_version": demitasse_version(),
         "encoder": encoder,
-        "layer": model.layer,
-        "method": model.method,
-        "fitted_state": fitted_state_hash(model),
+        "layer": recipe.layer,
+        "method": recipe.compressor,
+        "fitted_state": state_hash,
         "dim": dim,
         "precision": precision,
-        "normalize": model.normalize,
+        "normalize": recipe.normalize,
     }
-
-
-def directory_fingerprint(path: Path) -> str | None:
-    """The content fingerprint of an encoder's folder (None: it loads by name, not a folder)."""
-    from demitasse.encoders.cache import fingerprint_directory
-
-    return fingerprint_directory(path) if path.is_dir() else None
 
 
 def hash_texts(texts: Sequence[str]) -> str:

@@ -51,7 +51,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Models:
                                          ("float32", "pca", 12, "float32"),
                                          ("binary", "truncate", 32, "binary")):  # fmt: skip
         model = CompressedModel(str(encoder), compressor=method, dim=dim, precision=precision)
-        model.fit(texts, fit_data="synthetic")
+        model.fit(texts, data_label="synthetic")
         made[name] = model.save(root / name)
     torch.set_num_threads(threads)
     return Models(**made)

@@ -234,7 +234,6 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("encode", ["{text_model}", "--input", "{texts}"], "--out"),
     ("encode", ["{missing}", "--input", "{texts}", "--out", "{new}/o.npy"], "missing"),
     ("encode", ["{notes}", "--input", "{texts}", "--out", "{new}/o.npy"], "notes.txt"),
-    ("encode", ["{tiny}", "--input", "{texts}", "--out", "{new}/o.npy"], "model"),
     (
         "encode",
         ["{text_model}", "--input", "{missing}.txt", "--out", "{new}/o.npy"],
@@ -375,8 +374,8 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("tune", ["--pairs", "{texts}", "--max-bytes", "8", "--out", "{new}/m"], "texts.txt"),
     (
         "tune",
-        ["--corpus", "{texts}", "--max-bytes", "8", "--compressors", "smec", "--out", "{new}/m"],
-        "unknown tune method 'smec'",
+        ["--corpus", "{texts}", "--max-bytes", "8", "--compressors", "pca2", "--out", "{new}/m"],
+        "unknown tune method 'pca2'",
     ),
     (
         "tune",

@@ -107,3 +107,25 @@ def test_outputs_never_replace_foreign_folders(
     assert (victim / "thesis.tex").read_text() == "precious"
     assert (tmp_path / "notes.txt").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "victim"]
+
+
+def test_an_encoder_is_a_model_to_every_command_that_uses_one(
+    workspace: dict[str, Path], tmp_path: Path
+) -> None:
+    """``encode``, ``transform`` and ``embed`` take an encoder by name or directory as it is
+    published: no compressor, float32 at its full width, as ``serve`` and ``export`` do."""
+    from demitasse.loading import load_encoder
+
+    root, tiny = workspace["root"], workspace["tiny"]
+    out = tmp_path / "plain.npy"
+    assert main(["encode", str(tiny), "--input", str(root / "texts.txt"), "--out", str(out)]) == 0
+    texts = (root / "texts.txt").read_text().splitlines()
+    expected = load_encoder(tiny, cache=False).encode(texts)
+    np.testing.assert_allclose(np.load(out), expected, atol=1e-5)
+    assert (
+        main(["transform", str(tiny), "--input", str(out), "--out", str(tmp_path / "t.npy")]) == 0
+    )
+    np.testing.assert_allclose(np.load(tmp_path / "t.npy"), np.load(out), atol=1e-6)
+    shards = tmp_path / "shards"
+    assert main(["embed", str(tiny), "--input", str(root / "texts.txt"), "--out", str(shards)]) == 0
+    assert list(shards.rglob("*.parquet"))

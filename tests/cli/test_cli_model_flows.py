@@ -55,7 +55,7 @@ def _check_model(model_dir: Path, files: dict[str, Path], data_dir: Path, tmp_pa
     name = model_dir.name
     vectors_file, codes_file = tmp_path / f"{name}.npy", tmp_path / f"{name}-codes.parquet"
     _run(["encode", str(model_dir), "--input", str(files["queries"]), "--out",
-          str(vectors_file)])  # fmt: skip
+          str(vectors_file), "--precision", "float32"])  # fmt: skip
     _run(["encode", str(model_dir), "--input", str(files["queries"]), "--out",
           str(codes_file), "--precision", precision])  # fmt: skip
     vectors = np.load(vectors_file)

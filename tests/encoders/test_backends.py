@@ -216,8 +216,8 @@ def test_graphs_of_a_local_model_sit_beside_it_outside_its_fingerprint(
 ) -> None:
     before = fingerprint_directory(tiny_with_head)
     model = CompressedModel(str(tiny_with_head), compressor="pca", dim=8, backend="onnx")
-    model.fit(SENTENCES, fit_data="backends-test")
-    encoder = model.encoder
+    model.fit(SENTENCES, data_label="backends-test")
+    encoder = model.load_encoder()
     assert isinstance(encoder, TransformerEncoder)
     folder = graph_directory(encoder)
     assert folder == tiny_with_head / ".demitasse-onnx"
@@ -232,20 +232,20 @@ def test_the_backend_travels_with_a_saved_model(tiny_with_head: Path, tmp_path: 
         str(tiny_with_head), layer=2, compressor="pca", dim=8, precision="int8",
         backend="onnx-int8", cache=False,
     )  # fmt: skip
-    model.fit(SENTENCES, fit_data="backends-test")
+    model.fit(SENTENCES, data_label="backends-test")
     codes = model.encode(SENTENCES[:6], precision="int8")
     path = model.save(tmp_path / "model")
     config = json.loads((path / "config.json").read_text())
     assert config["backend"] == "onnx-int8"
     loaded = CompressedModel.load(path, cache=False)
-    assert loaded.backend == "onnx-int8" and "backend='onnx-int8'" in repr(loaded)
+    assert loaded.settings.backend == "onnx-int8" and "backend='onnx-int8'" in repr(loaded)
     np.testing.assert_array_equal(loaded.encode(SENTENCES[:6], precision="int8"), codes)
-    assert loaded.encoder.backend == "onnx-int8"  # type: ignore[attr-defined]
+    assert loaded.load_encoder().backend == "onnx-int8"  # type: ignore[attr-defined]
     # Another backend at load time, or later: the compressor and quantiser stay.
     as_torch = CompressedModel.load(path, cache=False, backend="torch")
-    assert as_torch.backend == "torch"
-    as_torch.backend = "onnx"
-    assert as_torch.encoder.backend == "onnx"  # type: ignore[attr-defined]
+    assert as_torch.settings.backend == "torch"
+    as_torch.settings.backend = "onnx"
+    assert as_torch.load_encoder().backend == "onnx"  # type: ignore[attr-defined]
     # The backend is part of the format: a config without one is refused in one line.
     del config["backend"]
     (path / "config.json").write_text(json.dumps(config))
@@ -255,7 +255,7 @@ def test_the_backend_travels_with_a_saved_model(tiny_with_head: Path, tmp_path: 
 
 def test_an_encoder_object_brings_its_backend(tiny_with_head: Path) -> None:
     encoder = load_encoder(tiny_with_head, cache=False, backend="onnx")
-    assert CompressedModel(encoder).backend == "onnx"
+    assert CompressedModel(encoder).settings.backend == "onnx"
     CompressedModel(encoder, backend="onnx-int8")
     assert encoder.backend == "onnx-int8"  # type: ignore[attr-defined]
 
@@ -280,7 +280,7 @@ def test_a_bad_backend_is_one_line(tiny_with_head: Path, tmp_path: Path) -> None
     with pytest.raises(DemitasseError, match="runs on the CPU"):
         load_encoder(tiny_with_head, backend="onnx", device="cuda")
     config = tmp_path / "model"
-    model = CompressedModel(str(tiny_with_head)).fit(SENTENCES[:4], fit_data="t")
+    model = CompressedModel(str(tiny_with_head)).fit(SENTENCES[:4], data_label="t")
     model.save(config)
     saved = json.loads((config / "config.json").read_text())
     (config / "config.json").write_text(json.dumps({**saved, "backend": "cuda"}))

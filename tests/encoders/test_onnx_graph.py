@@ -29,7 +29,7 @@ from demitasse.encoders.onnx_graph import (
 )
 from demitasse.errors import DemitasseError
 from demitasse.loading import load_encoder
-from demitasse.model import CompressedModel
+from demitasse.model import CompressedModel, encoder_vectors
 from tests.helpers import WORDS, build_tiny_model
 
 #: Texts of varied length: some longer than the tiny model's 32 tokens (truncated), some in
@@ -79,7 +79,7 @@ def saved(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Compres
     torch and saved with its graph."""
     model = CompressedModel(str(tiny), layer=2, compressor="pca", dim=8, precision="int8",
                             cache=False)  # fmt: skip
-    model.fit(fit_texts(), fit_data="graph-test")
+    model.fit(fit_texts(), data_label="graph-test")
     return model, model.save(tmp_path_factory.mktemp("saved") / "model", onnx=True)
 
 
@@ -121,9 +121,9 @@ def test_the_graph_encoder_tokenizes_as_the_transformer_encoder(
     tmp_path: Path, tiny: Path, architecture: str
 ) -> None:
     path = tiny if architecture == "bert" else build_tiny_model(tmp_path, architecture="mpnet")
-    model = CompressedModel(str(path), cache=False).fit(fit_texts(40), fit_data="t")
+    model = CompressedModel(str(path), cache=False).fit(fit_texts(40), data_label="t")
     loaded = CompressedModel.load(model.save(tmp_path / "m", onnx=True), backend="onnx")
-    graph, torch_encoder = loaded.encoder, model.encoder
+    graph, torch_encoder = loaded.load_encoder(), model.load_encoder()
     assert isinstance(graph, OnnxGraphEncoder) and isinstance(torch_encoder, TransformerEncoder)
     expected = {k: v.numpy() for k, v in torch_encoder.tokenize(TEXTS).items()}
     got = graph.tokenize(TEXTS)
@@ -132,7 +132,9 @@ def test_the_graph_encoder_tokenizes_as_the_transformer_encoder(
         np.testing.assert_array_equal(got[name], value, err_msg=name)
     inputs = read_graph_spec(tmp_path / "m" / "encoder")
     assert inputs.layer == 3
-    np.testing.assert_allclose(loaded.embed(TEXTS), model.embed(TEXTS), atol=2e-6)
+    np.testing.assert_allclose(
+        encoder_vectors(loaded, TEXTS), encoder_vectors(model, TEXTS), atol=2e-6
+    )
 
 
 def test_float32_vectors_and_codes_equal_the_torch_models(
@@ -141,8 +143,8 @@ def test_float32_vectors_and_codes_equal_the_torch_models(
     model, path = saved
     texts = [*TEXTS, *fit_texts(200, seed=1)]
     loaded = CompressedModel.load(path, cache=False, backend="onnx")
-    assert isinstance(loaded.encoder, OnnxGraphEncoder)
-    expected, got = model.embed(texts), loaded.embed(texts)
+    assert isinstance(loaded.load_encoder(), OnnxGraphEncoder)
+    expected, got = encoder_vectors(model, texts), encoder_vectors(loaded, texts)
     assert got.dtype == np.float32 and got.shape == expected.shape
     assert cosines(got, expected).min() >= 0.9999
     assert np.abs(got - expected).max() < 1e-5
@@ -158,21 +160,24 @@ def test_float32_vectors_and_codes_equal_the_torch_models(
 
 def test_the_int8_graph_is_the_onnx_int8_backends(tiny: Path, tmp_path: Path) -> None:
     model = CompressedModel(str(tiny), layer=2, compressor="pca", dim=8, backend="onnx-int8",
-                            cache=False).fit(fit_texts(), fit_data="t")  # fmt: skip
+                            cache=False).fit(fit_texts(), data_label="t")  # fmt: skip
     path = model.save(tmp_path / "m", onnx=True)
     assert sorted(read_graph_spec(path / "encoder").graphs) == ["onnx", "onnx-int8"]
     loaded = CompressedModel.load(path, cache=False)
-    assert isinstance(loaded.encoder, OnnxGraphEncoder) and loaded.backend == "onnx-int8"
+    assert (
+        isinstance(loaded.load_encoder(), OnnxGraphEncoder)
+        and loaded.settings.backend == "onnx-int8"
+    )
     texts = [*TEXTS, *fit_texts(100, seed=2)]
-    got = loaded.embed(texts)
+    got = encoder_vectors(loaded, texts)
     # The same int8 graph as the torch encoder's onnx-int8 backend, fed the same batches.
-    np.testing.assert_allclose(got, model.embed(texts), atol=1e-6)
-    model.backend = "torch"
-    similarity = cosines(got, model.embed(texts))
+    np.testing.assert_allclose(got, encoder_vectors(model, texts), atol=1e-6)
+    model.settings.backend = "torch"
+    similarity = cosines(got, encoder_vectors(model, texts))
     assert similarity.mean() >= 0.99 and similarity.min() >= 0.95
-    loaded.backend = "onnx"  # the folder has the float32 graph too
-    assert isinstance(loaded.encoder, OnnxGraphEncoder)
-    assert cosines(loaded.embed(texts), model.embed(texts)).min() >= 0.9999
+    loaded.settings.backend = "onnx"  # the folder has the float32 graph too
+    assert isinstance(loaded.load_encoder(), OnnxGraphEncoder)
+    assert cosines(encoder_vectors(loaded, texts), encoder_vectors(model, texts)).min() >= 0.9999
 
 
 # ---- the load rule ---------------------------------------------------------------------------
@@ -183,18 +188,20 @@ def test_torch_runs_the_source_onnx_the_graph_even_without_the_source(
 ) -> None:
     _, path = saved
     as_saved = CompressedModel.load(path, cache=False)  # torch saved, torch installed
-    assert as_saved.backend == "torch" and isinstance(as_saved.encoder, TransformerEncoder)
+    assert as_saved.settings.backend == "torch"
+    assert isinstance(as_saved.load_encoder(), TransformerEncoder)
     # Moved to a machine without the source: the graph is the encoder.
     copy = shutil.copytree(path, tmp_path / "copy")
     config = json.loads((copy / "config.json").read_text())
     config["encoder"]["source"] = str(tmp_path / "nowhere")
     (copy / "config.json").write_text(json.dumps(config))
     moved = CompressedModel.load(copy, cache=False, backend="onnx")
-    assert cosines(moved.embed(TEXTS), as_saved.embed(TEXTS)).min() >= 0.9999
+    moved_vectors, saved_vectors = encoder_vectors(moved, TEXTS), encoder_vectors(as_saved, TEXTS)
+    assert cosines(moved_vectors, saved_vectors).min() >= 0.9999
     # A backend the folder lacks loads the source, which is gone: said in one line.
-    moved.backend = "torch"
+    moved.settings.backend = "torch"
     with pytest.raises(DemitasseError) as error:
-        moved.embed(TEXTS)
+        encoder_vectors(moved, TEXTS)
     assert "\n" not in str(error.value)
 
 
@@ -203,12 +210,12 @@ def test_changing_the_backend_of_a_loaded_graph_loads_by_the_rule(
 ) -> None:
     _, path = saved
     loaded = CompressedModel.load(path, cache=False, backend="onnx")
-    assert isinstance(loaded.encoder, OnnxGraphEncoder)
-    loaded.backend = "torch"
-    assert isinstance(loaded.encoder, TransformerEncoder)
-    loaded.backend = "onnx-int8"  # not in the folder: the source's own int8 graph
-    assert isinstance(loaded.encoder, TransformerEncoder)
-    assert loaded.encoder.backend == "onnx-int8"  # type: ignore[attr-defined]
+    assert isinstance(loaded.load_encoder(), OnnxGraphEncoder)
+    loaded.settings.backend = "torch"
+    assert isinstance(loaded.load_encoder(), TransformerEncoder)
+    loaded.settings.backend = "onnx-int8"  # not in the folder: the source's own int8 graph
+    assert isinstance(loaded.load_encoder(), TransformerEncoder)
+    assert loaded.load_encoder().backend == "onnx-int8"  # type: ignore[attr-defined]
 
 
 def test_the_graph_carries_one_layer(saved: tuple[CompressedModel, Path]) -> None:
@@ -226,7 +233,7 @@ def test_the_graph_carries_one_layer(saved: tuple[CompressedModel, Path]) -> Non
 def test_what_serving_asks_of_it(saved: tuple[CompressedModel, Path]) -> None:
     model, path = saved
     encoder = OnnxGraphEncoder(path / "encoder", cache=False)
-    torch_encoder: Any = model.encoder
+    torch_encoder: Any = model.load_encoder()
     expected = torch_encoder.tokenize(TEXTS)["attention_mask"].sum(1).tolist()
     assert encoder.count_tokens(TEXTS) == expected and max(expected) == 32
     assert encoder.packing_matches() is False
@@ -263,7 +270,7 @@ def test_a_changed_graph_or_tokenizer_is_refused(
         with (copy / "encoder" / name).open("ab") as handle:
             handle.write(b" ")
         with pytest.raises(DemitasseError, match=f"{name} differs from the file") as error:
-            CompressedModel.load(copy, cache=False, backend="onnx").embed(TEXTS)
+            encoder_vectors(CompressedModel.load(copy, cache=False, backend="onnx"), TEXTS)
         assert "\n" not in str(error.value)
 
 
@@ -276,7 +283,7 @@ def test_a_graph_of_another_encoder_is_refused(
     config["encoder"]["fingerprint"] = "0" * 20
     (copy / "config.json").write_text(json.dumps(config))
     with pytest.raises(DemitasseError, match="differs from the one this model was fitted"):
-        CompressedModel.load(copy, cache=False, backend="onnx").embed(TEXTS)
+        encoder_vectors(CompressedModel.load(copy, cache=False, backend="onnx"), TEXTS)
     config["graph"] = "elsewhere"
     (copy / "config.json").write_text(json.dumps(config))
     with pytest.raises(DemitasseError, match="names the graph folder 'elsewhere'"):
@@ -305,7 +312,7 @@ def test_only_a_transformer_encoder_has_a_graph(tiny: Path, tmp_path: Path) -> N
         .astype(np.float32)
     )
     static = StaticModel(vectors, tokenizer, name="s").save(tmp_path / "static")
-    model = CompressedModel(str(static)).fit(fit_texts(20), fit_data="t")
+    model = CompressedModel(str(static)).fit(fit_texts(20), data_label="t")
     with pytest.raises(DemitasseError, match="carries a transformer encoder; s is not one"):
         model.save(tmp_path / "m", onnx=True)
     assert isinstance(load_encoder(static), StaticModel)
@@ -333,7 +340,7 @@ def test_a_process_without_torch_loads_the_directory_and_encodes(
     saved: tuple[CompressedModel, Path], tmp_path: Path
 ) -> None:
     model, path = saved
-    np.save(tmp_path / "expected.npy", model.encode(TEXTS))
+    np.save(tmp_path / "expected.npy", model.encode(TEXTS, precision="float32"))
     (tmp_path / "texts.json").write_text(json.dumps(TEXTS))
     script = BLOCKED + textwrap.dedent(
         f"""
@@ -343,8 +350,8 @@ def test_a_process_without_torch_loads_the_directory_and_encodes(
 
         texts = json.load(open({str(tmp_path / "texts.json")!r}))
         model = CompressedModel.load({str(path)!r}, cache=False)
-        assert model.backend == "onnx", model.backend  # saved torch: torch is missing
-        got = model.encode(texts)
+        assert model.settings.backend == "onnx"  # saved torch: torch is missing
+        got = model.encode(texts, precision="float32")
         expected = np.load({str(tmp_path / "expected.npy")!r})
         norms = np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1)
         cos = (got * expected).sum(1) / norms

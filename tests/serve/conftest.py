@@ -24,7 +24,7 @@ def tiny_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def model_dir(tiny_encoder_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model with every feature the server exposes: Matryoshka widths (PCA) and int8."""
     model = CompressedModel(str(tiny_encoder_dir), compressor="pca", dim=16, precision="int8")
-    model.fit(sentences(300), fit_data="serve-test")
+    model.fit(sentences(300), data_label="serve-test")
     return model.save(tmp_path_factory.mktemp("serve-model") / "tiny-pca16")
 
 

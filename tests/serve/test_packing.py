@@ -70,7 +70,7 @@ def mpnet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_mpnet_fails_the_check_and_is_served_in_length_groups(mpnet_dir: Path) -> None:
     # MPNet counts positions from its padding id + 1: packed from 0, its vectors would differ.
     model = load_served_model(mpnet_dir)
-    assert not model.encoder.packing_matches()  # type: ignore[attr-defined]
+    assert not model.load_encoder().packing_matches()  # type: ignore[attr-defined]
     worker = EncoderWorker(model, max_wait_ms=50)
     assert not worker.packing
     texts = [" ".join(["word"] * n) for n in (2, 30, 3, 28, 2, 31, 4)]

@@ -17,6 +17,7 @@ import pytest
 from demitasse import CompressedModel
 from demitasse.cli import main
 from demitasse.errors import DataError
+from demitasse.model import encoder_vectors
 from demitasse.provenance import ProvenanceError, provenance_json
 from tests.helpers import WORDS, build_tiny_model, synthetic_beir
 
@@ -157,7 +158,8 @@ def test_the_table_holds_codes_rescoring_vectors_texts_and_provenance(
     first = stored.to_pylist()[0]
     assert first["id"] == ids[0] and first["text"] == texts[0]
     np.testing.assert_array_equal(first["codes"], model.encode(texts[:1], precision="binary")[0])
-    np.testing.assert_array_equal(first["rescore"], model.encode_for_rescoring(texts[:1])[0])
+    kept = model.stages().rescore_store.keep(encoder_vectors(model, texts[:1]))
+    np.testing.assert_array_equal(first["rescore"], kept[0])
 
 
 def test_texts_can_be_left_out_and_come_back_with_hits(
@@ -222,27 +224,28 @@ def test_an_interrupted_index_leaves_the_table_as_it_was(
     ids, texts, queries = corpus
     model = models["binary"]
     store = _store(tmp_path / "db")
-    original = model.embed
+    encoder = model.load_encoder()
+    original = encoder.encode
     calls = []
 
-    def interrupted(batch):
+    def interrupted(batch, **options):
         calls.append(len(batch))
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return original(batch)
+        return original(batch, **options)
 
-    monkeypatch.setattr(model, "embed", interrupted)
+    monkeypatch.setattr(encoder, "encode", interrupted)
     with pytest.raises(KeyboardInterrupt):
         store.add(model, ids, texts, batch_size=40)
     assert not store.exists()  # the run created it: dropped again, no half-filled table
-    monkeypatch.setattr(model, "embed", original)
+    monkeypatch.setattr(encoder, "encode", original)
     store.add(model, ids[:100], texts[:100])
     before = _pairs(store.search(model, queries, 5))
     calls.clear()
-    monkeypatch.setattr(model, "embed", interrupted)
+    monkeypatch.setattr(encoder, "encode", interrupted)
     with pytest.raises(KeyboardInterrupt):
         store.add(model, ids[100:], texts[100:], batch_size=40)
-    monkeypatch.setattr(model, "embed", original)
+    monkeypatch.setattr(encoder, "encode", original)
     assert len(store) == 100 and _pairs(store.search(model, queries, 5)) == before
 
 
@@ -258,11 +261,13 @@ def test_bad_calls_fail_in_one_line(models: dict, corpus: tuple, tmp_path: Path)
         store.add(model, ["a", "b"], ["x"])
     with pytest.raises(DataError, match="no documents"):
         store.add(model, [], [])
-    vectors_only = CompressedModel(compressor="pca", dim=4).fit(vectors=model.embed(texts))
+    vectors_only = CompressedModel(compressor="pca", dim=4).fit(
+        vectors=encoder_vectors(model, texts)
+    )
     with pytest.raises(DataError, match="vectors-only"):
         store.add(vectors_only, ["a"], ["x"])
     store.add(model, ids, texts)
-    vectors = model.embed(queries)
+    vectors = encoder_vectors(model, queries)
     with pytest.raises(DataError, match="queries must be texts"):  # no way around the model
         store.search(model, vectors, 5)  # type: ignore[arg-type]
     with pytest.raises(DataError, match="k must be a positive integer"):

@@ -40,7 +40,7 @@ class _ModelActor:
         # than the actor's CPUs make every actor on the node slower.
         self.model = load_model(model, self.command, threads)
         self.dim = dim
-        self.precision = precision or self.model.precision
+        self.precision = precision or self.model.recipe.precision
         self.input_column = input_column
         self.output_column = output_column
 

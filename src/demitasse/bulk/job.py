@@ -51,8 +51,9 @@ class BulkJob:
 
 
 def load_model(path: str, command: str, threads: int | None = None) -> CompressedModel:
-    """The model directory ``path``, ready to convert chunks (one-line errors)."""
-    from demitasse.model import CompressedModel
+    """The model directory (or encoder) ``path``, ready to convert chunks (one-line
+    errors)."""
+    from demitasse.model import open_model
 
     if threads is not None:
         try:
@@ -61,8 +62,8 @@ def load_model(path: str, command: str, threads: int | None = None) -> Compresse
             pass
         else:
             torch.set_num_threads(threads)
-    model = CompressedModel.load(path, cache=False)
-    if command == EMBED and not model.has_encoder:
+    model = open_model(path, cache=False)
+    if command == EMBED and model.recipe.encoder is None:
         raise DemitasseError(
             f"{path} is a vectors-only model (no encoder): it re-compresses stored vectors "
             "with 'demitasse recompress', it cannot embed texts"
@@ -74,7 +75,6 @@ def convert(
     model: CompressedModel, command: str, values: Any, dim: int | None, precision: str | None
 ) -> np.ndarray:
     """Texts or vectors → the model's codes at ``dim`` and ``precision``."""
-    precision = precision or model.precision
     if command == EMBED:
         return model.encode(values, dim=dim, precision=precision)
     return model.transform(values, dim=dim, precision=precision)
@@ -93,7 +93,7 @@ class ShardSink:
         self.manifest = manifest
         self.schema = schema(
             model.output_dim if job.dim is None else job.dim,
-            job.precision or model.precision,
+            job.precision or model.recipe.precision,
             manifest.provenance,
         )
         self._writer: ShardWriter | None = None

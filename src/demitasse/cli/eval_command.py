@@ -342,7 +342,7 @@ def _speed_records(
 
 def _evaluate_model_dir(args: argparse.Namespace, search: SearchOptions) -> None:
     """``eval --model DIR``: score exactly the fitted model saved in DIR."""
-    from demitasse.cli.eval_options import apply_to_model
+    from demitasse.cli.eval_options import rescoring_of_model
     from demitasse.cli.specs import parse_int_list, parse_precisions
     from demitasse.evaluation.grid import evaluate_model
     from demitasse.evaluation.suites import build_tasks, parse_task_names
@@ -361,25 +361,26 @@ def _evaluate_model_dir(args: argparse.Namespace, search: SearchOptions) -> None
         raise DemitasseError("--tasks efficiency takes an encoder name, not a model directory")
     out = Path(args.out or "demitasse-results")
     check_directory_target(out, kind=RESULTS_KIND)
-    model = CompressedModel.load(args.model, backend=args.backend)
-    apply_to_model(search, model, args.model)
+    model = CompressedModel.load(
+        args.model, backend=args.backend, **rescoring_of_model(search, args.model)
+    )
     dims = parse_int_list(args.dims, "--dims") if args.dims else None
     precisions = parse_precisions(args.precision) if args.precision else None
     requested: list[int | None] = list(dims) if dims else [None]
     for dim in requested:
-        for precision in precisions or [model.precision]:
+        for precision in [*precisions] if precisions else [None]:
             model.bytes_per_vector(dim, precision)  # fail on a bad request before any work
     tasks = build_tasks(
         task_names, args.data_dir, sts_datasets=args.datasets, limit=args.limit,
         retrieval=search.retrieval,
     )  # fmt: skip
-    model.batch_size = args.batch_size
+    model.settings.batch_size = args.batch_size
     started = time.perf_counter()
     records = evaluate_model(
         model, tasks, dims=dims, precisions=precisions, extra={"model_dir": args.model}
     )
-    _tag_backend(records, model.backend)
-    _write_results(records, out, model.name, started)
+    _tag_backend(records, model.settings.backend)
+    _write_results(records, out, model.recipe.name, started)
 
 
 # ---- results ---------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ from demitasse.errors import DemitasseError
 
 if TYPE_CHECKING:
     from demitasse.data.beir import BeirDataset
-    from demitasse.model import CompressedModel
     from demitasse.search import Rescoring
 
 
@@ -73,24 +72,19 @@ def check_sweep(options: SearchOptions, precisions: list[str]) -> None:
         raise DemitasseError("--rotation applies to binary codes: add binary to --precision")
 
 
-def apply_to_model(options: SearchOptions, model: CompressedModel, folder: str) -> None:
-    """``--rescore F`` on a model directory: search with factor F instead of its own."""
+def rescoring_of_model(options: SearchOptions, folder: str) -> dict[str, Any]:
+    """``--rescore F`` on a model directory, as keywords of ``CompressedModel.load``: search
+    with factor F instead of its own."""
     if options.quantizer_params:
         raise DemitasseError(
             f"--rotation applies to a sweep over an encoder; the model directory {folder} "
             "carries its own quantiser"
         )
     if not options.factors:
-        return
+        return {}
     if len(options.factors) > 1:
         raise DemitasseError("a model directory searches one way: give one --rescore factor")
-    precision = options.rescore_precision or model.rescore_precision or "int8"
-    if precision == "int8" and model.rescore_quantizer is None:
-        raise DemitasseError(
-            f"the model directory {folder} keeps no int8 ranges of its encoder's output for "
-            "rescoring (fit it with rescore_factor); use --rescore-precision float32"
-        )
-    model.rescore_factor, model.rescore_precision = options.factors[0], precision
+    return {"rescore_factor": options.factors[0], "rescore_precision": options.rescore_precision}
 
 
 def _factors(text: str | None) -> list[float]:

@@ -65,13 +65,13 @@ def fit_from_shards(
         args.model, layer=args.layer, precision=args.precision, normalize=args.normalize,
         batch_size=args.batch_size,
     )  # fmt: skip
-    if model.has_encoder and width != model.encoder.dim:
+    if model.recipe.encoder is not None and width != model.load_encoder().dim:
         raise DataError(
             f"the shards' vectors have {width} dimensions, but {args.model} gives "
-            f"{model.encoder.dim}: --model must name the encoder that made them"
+            f"{model.load_encoder().dim}: --model must name the encoder that made them"
         )
     compressor = None if spec is None else spec.build(width, args.dim)
-    fit_data = args.fit_data or Path(str(args.vectors)).name
+    fit_data = args.data_label or Path(str(args.vectors)).name
     if isinstance(compressor, PCA):
         if supervision:
             raise DemitasseError("pca takes no supervision; drop --pairs/--beir/--qrels")
@@ -79,7 +79,7 @@ def fit_from_shards(
     else:
         model.compressor = compressor
         sample, info = _draw(paths, args)
-        model.fit(vectors=sample, fit_data=fit_data, **supervision)
+        model.fit(vectors=sample, data_label=fit_data, **supervision)
     assert model.fit_info is not None
     model.fit_info.update(info, shards=len(paths), column=args.vector_column)
     model.fit_info["seconds"] = round(time.perf_counter() - started, 3)
@@ -98,7 +98,7 @@ def _fit_pca(
     from demitasse.persistence import demitasse_version
 
     assert isinstance(pca, PCA)
-    calibrate = model.precision != "float32"
+    calibrate = model.recipe.precision != "float32"
     reservoir = Reservoir(args.sample or DEFAULT_SAMPLE, args.seed) if calibrate else None
     if args.engine == "ray":
         statistics = shard_statistics(paths, column=args.vector_column, engine="ray")
@@ -122,8 +122,11 @@ def _fit_pca(
         "demitasse_version": demitasse_version(),
     }
     if reservoir is not None:
-        quantizer = make_quantizer(model.precision, **model.quantizer_params)
-        model.quantizer = quantizer.fit(model.compress(reservoir.sample))
+        recipe = model.recipe
+        quantizer = make_quantizer(recipe.precision, **recipe.quantizer_params)
+        model.quantizer = quantizer.fit(
+            model.transform(reservoir.sample, precision="float32", normalize=False)
+        )
     return {
         "statistics": args.engine,
         "sample": None if reservoir is None else _sample_info(reservoir),

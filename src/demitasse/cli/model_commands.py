@@ -59,7 +59,11 @@ def _add_fit_parser(commands: Any) -> None:
         "a transformer encoder where onnx is installed; all-MiniLM-L6-v2: 91 MB, 2 s)",
     )  # fmt: skip
     _add_fit_supervision_options(fit)
-    fit.add_argument("--fit-data", default=None, help="name recorded for the fit data")
+    fit.add_argument(
+        "--data-label",
+        default=None,
+        help="a name for the fit data, recorded with the model (default: the input file's name)",
+    )
     fit.add_argument("--out", required=True, help="model directory to write")
 
 
@@ -134,8 +138,9 @@ def _output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dim", type=positive_int, default=None, help="output width (default: full)"
     )
-    parser.add_argument("--precision", type=precision_name, default="float32",
-                        help=precision_help_text("codes to write (default float32)"))  # fmt: skip
+    parser.add_argument("--precision", type=precision_name, default=None,
+                        help=precision_help_text("codes to write (default: the model's "
+                                                 "own precision)"))  # fmt: skip
     parser.add_argument("--normalize", action="store_true", default=None,
                         help="L2-normalise float vectors")  # fmt: skip
 
@@ -160,7 +165,7 @@ def run_fit(args: argparse.Namespace) -> int:
         raise DemitasseError("--onnx writes the encoder's graph; a vectors-only model has none")
     if args.vectors is not None and wants_shards(args):
         model = fit_from_shards(args, spec, _supervision(args))
-        return _saved(model, args, args.fit_data or Path(str(args.vectors)).name)
+        return _saved(model, args, args.data_label or Path(str(args.vectors)).name)
     texts_or_vectors: Any
     if args.texts is not None:
         texts_or_vectors = read_texts(args.texts, column=args.text_column)
@@ -176,19 +181,19 @@ def run_fit(args: argparse.Namespace) -> int:
         encoder, layer=args.layer, precision=args.precision, normalize=args.normalize,
         batch_size=args.batch_size, backend=args.backend,
     )  # fmt: skip
-    width = texts_or_vectors.shape[1] if args.vectors is not None else model.input_dim
+    width = texts_or_vectors.shape[1] if args.vectors is not None else model.load_encoder().dim
     model.compressor = None if spec is None else spec.build(width, args.dim)
     if args.onnx:
         _wants_graph(model, True)  # a static encoder fails now, not after the fit
-    fit_data = args.fit_data or Path(args.texts or args.vectors).name
+    label = args.data_label or Path(args.texts or args.vectors).name
     if args.texts is not None:
-        model.fit(texts_or_vectors, fit_data=fit_data, **supervision)
+        model.fit(texts_or_vectors, data_label=label, **supervision)
     else:
-        model.fit(vectors=texts_or_vectors, fit_data=fit_data, **supervision)
-    return _saved(model, args, fit_data)
+        model.fit(vectors=texts_or_vectors, data_label=label, **supervision)
+    return _saved(model, args, label)
 
 
-def _saved(model: CompressedModel, args: argparse.Namespace, fit_data: str) -> int:
+def _saved(model: CompressedModel, args: argparse.Namespace, label: str) -> int:
     onnx = _wants_graph(model, getattr(args, "onnx", None))
     path = model.save(args.out, onnx=onnx)
     info = model.fit_info or {}
@@ -197,9 +202,9 @@ def _saved(model: CompressedModel, args: argparse.Namespace, fit_data: str) -> i
         size = sum(f.stat().st_size for f in (path / "encoder").iterdir()) / 1e6
         graph = f"; its encoder as an ONNX graph in {path / 'encoder'} ({size:.0f} MB)"
     print(
-        f"saved {model!r} to {args.out}: {model.input_dim} → {model.output_dim} dims, "
+        f"saved {model!r} to {args.out}: {model.recipe.input_dim} → {model.output_dim} dims, "
         f"precisions {', '.join(model.precisions)}, fitted on {info.get('n_samples')} "
-        f"{info.get('source')} of {fit_data} in {info.get('seconds', 0):.1f} s{graph}"
+        f"{info.get('source')} of {label} in {info.get('seconds', 0):.1f} s{graph}"
     )
     return 0
 
@@ -210,7 +215,9 @@ def _wants_graph(model: CompressedModel, asked: bool | None) -> bool:
     (the ``train`` extra; said in one line where it is not)."""
     if asked is False:
         return False
-    kind = model.encoder_kind if model.has_encoder else None
+    if model.recipe.encoder is not None:
+        model.load_encoder()  # its kind is known once it loads (fit loads it anyway)
+    kind = model.recipe.encoder_kind
     if kind != "transformer":
         if asked:
             raise DemitasseError(f"--onnx writes a transformer encoder's graph; this model's "
@@ -291,24 +298,24 @@ def _relevant_pairs(dataset: BeirDataset) -> dict[str, Any]:
 
 def run_encode(args: argparse.Namespace) -> int:
     from demitasse.data import check_embeddings_target, read_texts
-    from demitasse.model import CompressedModel
+    from demitasse.model import open_model
 
     check_embeddings_target(args.out)  # a refused output name must not cost an encoding run
-    model = CompressedModel.load(args.model, cache=False, backend=args.backend)
+    model = open_model(args.model, cache=False, backend=args.backend)
     model.bytes_per_vector(args.dim, args.precision)  # bad dim / precision: fail before work
     texts = read_texts(args.input, column=args.text_column, aligned=True)
     if args.batch_size is not None:
-        model.batch_size = args.batch_size
+        model.settings.batch_size = args.batch_size
     codes = model.encode(texts, dim=args.dim, precision=args.precision, normalize=args.normalize)
     return _write(model, codes, args)
 
 
 def run_transform(args: argparse.Namespace) -> int:
     from demitasse.data import check_embeddings_target, load_embeddings
-    from demitasse.model import CompressedModel
+    from demitasse.model import open_model
 
     check_embeddings_target(args.out)
-    model = CompressedModel.load(args.model, cache=False)
+    model = open_model(args.model, cache=False)
     model.bytes_per_vector(args.dim, args.precision)
     vectors = load_embeddings(args.input, column=args.vector_column)
     codes = model.transform(
@@ -320,18 +327,19 @@ def run_transform(args: argparse.Namespace) -> int:
 def _write(model: CompressedModel, codes: Any, args: argparse.Namespace) -> int:
     from demitasse.data import save_embeddings
 
+    precision = args.precision or model.recipe.precision
     provenance = {
         "model_dir": str(Path(args.model).resolve()),
-        "model": model.name,
-        "layer": model.layer,
-        "method": model.method,
+        "model": model.recipe.name,
+        "layer": model.recipe.layer,
+        "method": model.recipe.compressor,
         "dim": args.dim or model.output_dim,
-        "precision": args.precision,
-        "backend": model.backend,
+        "precision": precision,
+        "backend": model.settings.backend,
         "fit": model.fit_info,
     }
     save_embeddings(args.out, codes, metadata={"demitasse": json.dumps(provenance)})
-    what = "float32 vectors" if codes.dtype == np.float32 else f"{args.precision} codes"
+    what = "float32 vectors" if codes.dtype == np.float32 else f"{precision} codes"
     shape = " × ".join(map(str, codes.shape))
     print(f"wrote {shape} {what} to {args.out}")
     return 0

@@ -72,12 +72,12 @@ def add_store_commands(commands: Any) -> None:  # argparse's subparsers action
 
 
 def run_index(args: argparse.Namespace) -> int:
-    from demitasse.model import CompressedModel
+    from demitasse.model import open_model
     from demitasse.store import LanceStore
 
     store = LanceStore(args.db, args.table)
     ids, texts = _read_documents(args)
-    model = CompressedModel.load(args.model, cache=False)
+    model = open_model(args.model, cache=False)
     added = store.add(
         model,
         ids,
@@ -109,12 +109,12 @@ def _read_documents(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
 
 def run_search(args: argparse.Namespace) -> int:
-    from demitasse.model import CompressedModel
+    from demitasse.model import open_model
     from demitasse.store import LanceStore
 
     store = LanceStore(args.db, args.table)
     store.provenance()  # a missing table fails before the model loads
-    model = CompressedModel.load(args.model, cache=False)
+    model = open_model(args.model, cache=False)
     results = store.search(model, args.query, args.k, rescore_factor=args.rescore,
                            with_text=True)  # fmt: skip
     for query, hits in zip(args.query, results, strict=True):

@@ -16,7 +16,7 @@ from demitasse.encoders.base import Encoder
 from demitasse.errors import DemitasseError
 from demitasse.evaluation.records import ResultRecord, rescoring_extra
 from demitasse.evaluation.tasks import EmbeddedTexts, Task
-from demitasse.model import CompressedModel
+from demitasse.model import CompressedModel, encoder_vectors
 from demitasse.pipeline import Stages, fit_quantizer, fit_rescore_store
 
 logger = logging.getLogger(__name__)
@@ -195,26 +195,26 @@ def evaluate_model(
     pair similarities (STS) are those rescoring scores. Its records carry the rescoring
     factor and both byte counts in ``extra``."""
     dims = list(dims) if dims else [model.output_dim]
-    precisions = list(precisions) if precisions else [model.precision]
+    precisions = list(precisions) if precisions else [model.recipe.precision]
     for dim in dims:  # check every request before the slow encoding
         for precision in precisions:
             model.bytes_per_vector(dim, precision)
     texts = list(dict.fromkeys(t for task in tasks for t in task.texts()))
     logger.info("encoding %d evaluation texts", len(texts))
-    vectors = model.embed(texts)
-    encoder = model.encoder
+    encoder = model.load_encoder()
+    vectors = encoder_vectors(model, texts)
     fit_data = (model.fit_info or {}).get("fit_data")
     records: list[ResultRecord] = []
     for dim in dims:
         reduced = model.stages(dim, "float32").compress(vectors)
         for precision in precisions:
-            quantizer = model.quantizer_for(precision)
+            quantizer = model.stages(dim, precision).quantizer
             embedded = _model_embedded(model, texts, vectors, reduced, dim, precision)
             described = _model_extra(model, quantizer.bytes_per_vector(dim), extra)
             common: dict[str, Any] = {
                 "model": encoder.name,
-                "layer": model.layer or encoder.num_layers,
-                "method": model.method,
+                "layer": model.recipe.layer or encoder.num_layers,
+                "method": model.recipe.compressor,
                 "dim": dim,
                 "precision": precision,
                 "bytes_per_vector": quantizer.bytes_per_vector(dim),
@@ -236,15 +236,16 @@ def _model_embedded(
 ) -> EmbeddedTexts:
     """``texts`` as ``model`` stores them at ``dim`` and ``precision``, with its rescoring."""
     stages = model.stages(dim, precision)
+    store = stages.rescore_store
     return EmbeddedTexts(
         texts,
         stages.quantize(reduced),
         stages.quantizer,
         dim,
         vectors=reduced,
-        rescore_quantizer=model.quantizer if model.precision == "int8" else None,
-        encoder_vectors=vectors if model.rescores else None,
-        encoder_rescore_quantizer=model.rescore_quantizer,
+        rescore_quantizer=model.quantizer if model.recipe.precision == "int8" else None,
+        encoder_vectors=None if store is None else vectors,
+        encoder_rescore_quantizer=None if store is None else store.quantizer,
         rescoring=model.rescoring,
     )
 
@@ -260,9 +261,16 @@ def _model_extra(
         rescore_precision=model.rescoring.precision,
         rescore_source=model.rescoring.source,
         index_bytes_per_vector=index_bytes,
-        rescore_bytes_per_vector=model.rescore_bytes_per_vector(),
+        rescore_bytes_per_vector=_store_bytes(model),
     )
     return {**described, **(extra or {})}
+
+
+def _store_bytes(model: CompressedModel) -> int:
+    """Bytes per document of the model's rescoring store (0 without one)."""
+    store = model.stages().rescore_store
+    width = model.recipe.input_dim
+    return 0 if store is None or width is None else store.bytes_per_vector(width)
 
 
 def score_embedded(

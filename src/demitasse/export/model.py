@@ -39,7 +39,8 @@ def export_model(
         return _export_graph(model, out, dim)
     # Refuse an output that is not ours before the encoder loads.
     (model2vec if format == "model2vec" else sentence_transformers).check_export_target(out)
-    if not model.has_encoder:
+    recipe = model.recipe
+    if recipe.encoder is None:
         raise DemitasseError(
             "a vectors-only model has no encoder to export; sentence-transformers and "
             "model2vec models turn texts into vectors (use 'demitasse transform' for vectors)"
@@ -48,24 +49,24 @@ def export_model(
         model.bytes_per_vector(dim)  # a one-line error for a width the model does not produce
     if format == "sentence-transformers":
         sentence_transformers.check_exportable(model.quantizer)  # before the encoder loads
-    if format == "model2vec" and model.encoder_kind != "static":  # known before it loads
+    if format == "model2vec" and recipe.encoder_kind != "static":  # known before it loads
         raise _not_static()
     # Loading the encoder checks its files against the fingerprint recorded at fit time.
-    if model.encoder.dim != model.input_dim:
+    encoder = model.load_encoder()
+    if encoder.dim != recipe.input_dim:
         raise DemitasseError(
-            f"the encoder gives {model.encoder.dim} dims but the model takes {model.input_dim}"
+            f"the encoder gives {encoder.dim} dims but the model takes {recipe.input_dim}"
         )
     if format == "model2vec":
         return _export_model2vec(model, out, dim)
-    assert model.encoder_source is not None  # has_encoder was checked above
     return export_sentence_transformer(
-        model.encoder_source,
+        recipe.encoder,
         out,
-        layer=model.layer,
+        layer=recipe.layer,
         dim=dim,
         compressor=model.compressor,
         quantizer=model.quantizer,
-        normalize=model.normalize,
+        normalize=recipe.normalize,
     )
 
 
@@ -74,7 +75,7 @@ def _export_graph(model: CompressedModel, out: str | Path, dim: int | None) -> P
     if dim is not None:
         raise DemitasseError("--dim applies to sentence-transformers and model2vec exports; "
                              "the model directory keeps all its widths")  # fmt: skip
-    kind = model.encoder_kind
+    kind = model.recipe.encoder_kind
     if kind != "transformer":
         raise DemitasseError("the onnx format carries a transformer encoder; this model's "
                              f"encoder is {kind or 'none (vectors only)'}")  # fmt: skip
@@ -84,7 +85,7 @@ def _export_graph(model: CompressedModel, out: str | Path, dim: int | None) -> P
 def _export_model2vec(model: CompressedModel, out: str | Path, dim: int | None) -> Path:
     from demitasse.static.model import StaticModel
 
-    encoder = model.encoder
+    encoder = model.load_encoder()
     if not isinstance(encoder, StaticModel):
         raise _not_static()
     # A bias-free linear compressor folds into the word vectors; others are refused there.

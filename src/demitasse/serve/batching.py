@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from demitasse.model import CompressedModel
+from demitasse.model import CompressedModel, encoder_vectors
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +81,8 @@ class EncoderWorker:
         self.max_wait = max_wait_ms / 1000
         self.batching = batching
         self.count_tokens = count_tokens or token_counter(model)
-        encoder: Any = model.encoder
-        padded = model.encoder_kind == "transformer"
+        encoder: Any = model.load_encoder()
+        padded = model.recipe.encoder_kind == "transformer"
         if packing is None:  # where packing reproduces the padded vectors of this model
             packing = padded and bool(encoder.packing_matches())
         #: One packed forward pass per batch; else a pass per length group (a transformer) or
@@ -170,17 +170,22 @@ class EncoderWorker:
                 job.future.set_exception(exc)
             start = end
 
+    def _encode_group(self, texts: list[str]) -> np.ndarray:
+        """The encoder's vectors of ``texts`` at the model's layer, in batches of the model's
+        batch size."""
+        return encoder_vectors(self.model, texts)
+
     def _embed(self, texts: list[str], tokens: list[int]) -> np.ndarray:
         """The encoder's vectors of ``texts``: packed in one forward pass, or one pass per
         group of similar length."""
         started, cpu_started = time.perf_counter(), time.thread_time()
         if self.packing:
-            encoder: Any = self.model.encoder
+            encoder: Any = self.model.load_encoder()
             groups = [list(range(len(texts)))]
-            parts = [encoder.encode_packed(texts, layer=self.model.layer)]
+            parts = [encoder.encode_packed(texts, layer=self.model.recipe.layer)]
         else:
             groups = length_groups(tokens, self.pass_cost)
-            parts = [self.model.embed([texts[i] for i in group]) for group in groups]
+            parts = [self._encode_group([texts[i] for i in group]) for group in groups]
         self.stats.encoder_seconds += time.perf_counter() - started
         self.stats.encoder_cpu_seconds += time.thread_time() - cpu_started
         self.stats.passes += len(groups)
@@ -218,7 +223,7 @@ def token_counter(model: CompressedModel) -> Callable[[Sequence[str]], list[int]
     """The tokens of each text as the model's encoder sees them (truncated as it truncates),
     for the response's ``usage`` and the length groups; whitespace-separated words for an
     encoder without a tokenizer."""
-    encoder = model.encoder
+    encoder = model.load_encoder()
     tokenizer: Any = getattr(encoder, "tokenizer", None)
     if hasattr(tokenizer, "encode_batch_fast"):  # a static model's Rust tokenizer
 

@@ -16,43 +16,25 @@ from pathlib import Path
 from typing import Any
 
 from demitasse.errors import DemitasseError
-from demitasse.model import CompressedModel, is_model_dir
+from demitasse.model import CompressedModel, open_model
 from demitasse.serve.app import ServeSettings, create_app
 
 logger = logging.getLogger(__name__)
-
-#: A plain encoder is served as a model without compressor, fitted on nothing but this text
-#: (the fit records the encoder's width and fingerprint; there is nothing else to learn).
-_PLAIN_ENCODER_TEXT = "demitasse serves this encoder as it is"
-
 
 def load_served_model(source: str | Path, *, backend: str | None = None) -> CompressedModel:
     """A model directory as saved, or a plain encoder (name or directory, transformer or
     static) at its full width; refused when it cannot embed texts (vectors-only).
     ``backend`` replaces a model directory's saved one (an encoder's default: torch)."""
-    if is_model_dir(source) or _is_saved_compressor(source):
-        model = CompressedModel.load(source, cache=False)  # a compressor: vectors-only
-    else:
-        model = CompressedModel(str(source), cache=False)
-        model.fit([_PLAIN_ENCODER_TEXT], fit_data="none: the encoder as published")
-    if not model.has_encoder:
+    model = open_model(source, cache=False)
+    if model.recipe.encoder is None:
         raise DemitasseError(
             f"{source} is a vectors-only model: it has no encoder to embed texts with, so "
             "there is nothing to serve (use 'demitasse transform' on your vectors)"
         )
     if backend is not None:
-        model.backend = backend
-    model.encoder  # noqa: B018  (load it now, not during the first request)
+        model.settings.backend = backend
+    model.load_encoder()  # now, not during the first request
     return model
-
-
-def _is_saved_compressor(path: str | Path) -> bool:
-    from demitasse.persistence import read_config
-
-    try:  # a sentence-transformers folder has a config.json too, without this kind
-        return read_config(Path(path), "model").get("kind") == "compressor"
-    except DemitasseError:
-        return False
 
 
 def default_name(source: str | Path) -> str:
@@ -76,7 +58,7 @@ def bind(host: str, port: int) -> socket.socket:
 def set_threads(model: CompressedModel, threads: int) -> None:
     """The encoder thread's torch uses ``threads`` cores for each forward pass, and no
     inter-op pool: there is one encoder call at a time, and the event loop needs a core too."""
-    if model.encoder_kind != "transformer":
+    if model.recipe.encoder_kind != "transformer":
         return
     try:
         import torch

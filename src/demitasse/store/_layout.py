@@ -77,12 +77,16 @@ def layout_for(
     width and fitted precision)."""
     provenance = model.provenance(dim, precision)
     dim, precision = int(provenance["dim"]), str(provenance["precision"])
-    dtype = np.dtype(model.quantizer_for(precision).code_dtype)
-    width = model.bytes_per_vector(dim, precision) // dtype.itemsize
+    stages = model.stages(dim, precision)
+    dtype = np.dtype(stages.quantizer.code_dtype)
+    width = stages.bytes_per_vector() // dtype.itemsize
     rescore_dtype = None
-    if model.rescores:
-        rescore_dtype = np.dtype(np.int8 if model.rescore_precision == "int8" else np.float32)
-    return Layout(provenance, dtype, width, rescore_dtype, model.input_dim, with_text)
+    store = stages.rescore_store
+    if store is not None:
+        rescore_dtype = np.dtype(np.int8 if store.precision == "int8" else np.float32)
+    input_dim = model.recipe.input_dim
+    assert input_dim is not None  # known once fitted
+    return Layout(provenance, dtype, width, rescore_dtype, input_dim, with_text)
 
 
 def read_layout(schema: pa.Schema, where: str) -> Layout:

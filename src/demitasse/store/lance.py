@@ -41,7 +41,7 @@ from tqdm.auto import tqdm
 
 from demitasse.data import check_texts
 from demitasse.errors import DataError, DemitasseError, one_line
-from demitasse.pipeline import search_prepared
+from demitasse.pipeline import RescoreStore, search_prepared
 from demitasse.provenance import ProvenanceError, check_provenance
 from demitasse.search import QuantizedIndex, check_k
 from demitasse.store._layout import (
@@ -187,7 +187,7 @@ class LanceStore:
         """
         ids, texts = _check_documents(ids, texts)
         batch_size = check_k(batch_size)
-        if not model.has_encoder:
+        if model.recipe.encoder is None:
             raise DataError("a vectors-only model has no encoder to turn texts into vectors")
         connection = self._connect()
         created = not self.exists()
@@ -290,7 +290,7 @@ class LanceStore:
         factor: float | None,
         n_rows: int,
     ) -> list[list[tuple[int, str, float]]]:
-        quantizer = model.quantizer_for(layout.precision)
+        quantizer = model.stages(layout.dim, layout.precision).quantizer
         depth = min(n_rows, math.ceil(k * factor) if factor and rescore_queries is not None else k)
         columns = layout.search_columns
         found = []
@@ -355,7 +355,9 @@ class _BatchStream:
         for begin in tqdm(starts, desc="index", unit="batch", disable=len(starts) < 2):
             end = begin + self.batch_size
             texts = self.texts[begin:end]
-            vectors = model.embed(texts)
+            from demitasse.model import encoder_vectors
+
+            vectors = encoder_vectors(model, texts)
             columns: dict[str, Any] = {
                 ROW: pa.array(np.arange(self.start + begin, self.start + begin + len(texts))),
                 ID: pa.array(self.ids[begin:end], pa.string()),
@@ -365,7 +367,7 @@ class _BatchStream:
             codes = model.transform(vectors, dim=layout.dim, precision=layout.precision)
             columns[CODES] = fixed_size_list(codes)
             if layout.rescore_dtype is not None:
-                columns[RESCORE] = fixed_size_list(model.transform_for_rescoring(vectors))
+                columns[RESCORE] = fixed_size_list(_rescore_store(model).keep(vectors))
             yield pa.record_batch([columns[name] for name in schema.names], schema=schema)
 
 
@@ -373,9 +375,7 @@ def _model_state(model: CompressedModel, layout: Layout) -> tuple:
     """What a provenance check was made with: the model's fitted parts and settings, compared
     by identity (held, so that identity stays meaningful; a refit replaces ``fit_info``), and
     the table's provenance, compared by value."""
-    return (model.fit_info, model.compressor, model.quantizer, model.rescore_quantizer,
-            model.layer, model.normalize, model.rescore_factor, model.rescore_precision,
-            layout.provenance)  # fmt: skip
+    return (model.fit_info, model.compressor, model.quantizer, model.recipe, layout.provenance)
 
 
 def _table_names(connection: Any) -> list[str]:
@@ -426,8 +426,8 @@ def _new_documents(
 
 def _factor(model: CompressedModel, rescore_factor: float | None) -> float | None:
     if rescore_factor is None:
-        return model.rescore_factor
-    if not model.rescores:
+        return model.recipe.rescore_factor
+    if model.rescoring is None:
         raise DataError(
             "this model does not rescore (its documents were indexed without rescoring vectors)"
         )
@@ -467,14 +467,22 @@ def _index_of(found: pa.Table, layout: Layout, model: CompressedModel) -> Quanti
     if layout.rescore_dtype is not None:
         rescore_vectors = matrix(found[RESCORE], layout.rescore_dtype)
         if layout.rescore_dtype == np.int8:
-            rescore_quantizer = model.rescore_quantizer
+            rescore_quantizer = _rescore_store(model).quantizer
     return QuantizedIndex(
         matrix(found[CODES], layout.code_dtype),
-        model.quantizer_for(layout.precision),
+        model.stages(layout.dim, layout.precision).quantizer,
         dim=layout.dim,
         rescore_vectors=rescore_vectors,
         rescore_quantizer=rescore_quantizer,
     )
+
+
+def _rescore_store(model: CompressedModel) -> RescoreStore:
+    """The model's rescoring store (how its documents' encoder output is kept)."""
+    store = model.stages().rescore_store
+    if store is None:
+        raise DataError("this model does not rescore")
+    return store
 
 
 def _row_ids(found: pa.Table) -> tuple[np.ndarray, np.ndarray]:

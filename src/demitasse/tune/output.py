@@ -42,7 +42,7 @@ def build_model(
         encoded.source, layer=layer, batch_size=batch_size, backend=encoded.backend,
         **config.model_settings(),
     )  # fmt: skip
-    return model.fit(vectors=corpus, fit_data=fit_data)
+    return model.fit(vectors=corpus, data_label=fit_data)
 
 
 def write_model(
@@ -61,15 +61,15 @@ def write_model(
     path = model.save(out)
     loaded = CompressedModel.load(path)
     side = saved_side(loaded, vectors)
-    return WrittenModel(Path(path), outcome, scorer.quality(side, loaded.rescore_factor))
+    return WrittenModel(Path(path), outcome, scorer.quality(side, loaded.recipe.rescore_factor))
 
 
 def saved_side(model: CompressedModel, vectors: LayerVectors) -> SearchSide | PairSide:
     """A saved model's index and queries (or pair codes), made by the model's own methods."""
     if vectors.left is not None and vectors.right is not None:
-        quantizer = model.quantizer_for(model.precision)
-        left = model.transform(vectors.left, precision=model.precision)
-        right = model.transform(vectors.right, precision=model.precision)
+        quantizer = model.stages().quantizer
+        left = model.transform(vectors.left)
+        right = model.transform(vectors.right)
         return PairSide(quantizer, left, right, model.output_dim)
     index = model.search_index(vectors.documents)
     queries = vectors.documents if vectors.queries is None else vectors.queries
