@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from demitasse.cli import main
-from demitasse.errors import DataError
+from demitasse.errors import DataError, UnknownNameError
 from demitasse.evaluation.ranking_metrics import evaluate_run
 from demitasse.model import CompressedModel
 from demitasse.tune import (
@@ -38,6 +38,7 @@ from demitasse.tune.space import (
     parse_backends,
     parse_codes,
     parse_methods,
+    trains,
 )
 from demitasse.tune.store import STORE_FILE, ResultsStore
 from tests.helpers import build_tiny_model, random_documents, write_beir
@@ -124,8 +125,17 @@ def test_a_configuration_knows_its_bytes_its_model_and_its_key() -> None:
     with pytest.raises(DataError, match="not a tune configuration"):
         Configuration.from_dict({**config.to_dict(), "dim": "64"})
     assert parse_methods("pca,truncate") == ("none", "pca", "truncate")
-    with pytest.raises(DataError, match="unknown tune method 'smec'"):
-        parse_methods("pca,smec")
+    with pytest.raises(UnknownNameError, match="unknown tune method 'pca2'"):
+        parse_methods("pca,pca2")
+    # Any name of the compressor vocabulary may be swept; those that train a network are
+    # fitted per width, after the others, and (like truncation) skip the full width.
+    assert parse_methods("smec,pca-abtt,random") == ("none", "smec", "pca-abtt", "random")
+    assert (trains("smec"), trains("adaptor"), trains("pca"), trains("none")) == (
+        True, True, False, False,
+    )  # fmt: skip
+    space = SweepSpace(methods=("none", "smec", "random", "truncate"))
+    assert space.dims("smec", 64) == space.dims("truncate", 64) == [32, 16, 8]
+    assert space.dims("random", 64) == [64, 32, 16, 8]
 
 
 def test_codebook_codes_are_tried_on_the_encoders_full_output_only() -> None:
@@ -439,14 +449,18 @@ def test_tune_writes_the_cheapest_model_that_meets_the_target_and_it_scores_as_t
     chosen = next(
         e
         for e in meeting
-        if e["configuration"]["method"] == model.method
+        if e["configuration"]["method"] == model.recipe.compressor
         and e["configuration"]["dim"] == model.output_dim
-        and e["configuration"]["precision"] == model.precision
-        and e["configuration"]["rescore"] == model.rescore_factor
+        and e["configuration"]["precision"] == model.recipe.precision
+        and e["configuration"]["rescore"] == model.recipe.rescore_factor
     )
     assert chosen["index_bytes"] + chosen["rescore_bytes"] == cheapest
-    spent = model.bytes_per_vector(model.output_dim, model.precision)
-    assert spent + model.rescore_bytes_per_vector() == cheapest
+    spent = model.bytes_per_vector(model.output_dim, model.recipe.precision)
+    store = model.stages().rescore_store
+    width = model.recipe.input_dim
+    assert spent + (0 if store is None or width is None else store.bytes_per_vector(width)) == (
+        cheapest
+    )
     # From disk, embedding texts itself, the model finds what the sweep measured.
     assert _search_quality(out, beir) == pytest.approx(chosen["scores"], abs=1e-9)
     records = json.loads((work / "results.json").read_text())
@@ -587,8 +601,8 @@ def test_scored_pairs_decide_by_spearman_without_rescoring(
     assert {c["configuration"]["rescore"] for c in configs} == {None}
     assert all("latency_p50_ms" not in c for c in configs)  # nothing is searched
     model = CompressedModel.load(tmp_path / "m")
-    assert model.bytes_per_vector(model.output_dim, model.precision) <= 16
-    assert not model.rescores
+    assert model.bytes_per_vector(model.output_dim, model.recipe.precision) <= 16
+    assert not (model.rescoring is not None)
 
 
 def test_a_static_model_and_exit_head_layers_join_the_sweep(
@@ -639,7 +653,11 @@ def test_codebook_codes_are_swept_and_written_as_the_model(
     ]
     assert result.chosen is coded[0]
     model = CompressedModel.load(out)
-    assert (model.precision, model.output_dim, model.rescores) == ("rq4", 32, False)
+    assert (model.recipe.precision, model.output_dim, (model.rescoring is not None)) == (
+        "rq4",
+        32,
+        False,
+    )
     assert result.written.scores == pytest.approx(result.chosen.scores, abs=1e-9)
     # From disk, embedding texts itself, the model finds what the sweep measured.
     assert _search_quality(out, beir) == pytest.approx(result.chosen.scores, abs=1e-9)
@@ -679,14 +697,14 @@ def test_the_int8_backend_is_one_more_encoder_of_the_sweep(
     assert full["model"] != full["model+onnx-int8"]
     model = CompressedModel.load(tmp_path / "m")
     chosen = result.chosen.config.encoder
-    assert model.backend == ("onnx-int8" if chosen.endswith("+onnx-int8") else "torch")
+    assert model.settings.backend == ("onnx-int8" if chosen.endswith("+onnx-int8") else "torch")
     assert result.written.scores == pytest.approx(result.chosen.scores, abs=1e-9)
 
 
 def test_backends_always_include_torch_and_unknown_ones_are_refused() -> None:
     assert parse_backends("onnx-int8") == ("torch", "onnx-int8")
     assert parse_backends("torch") == ("torch",)
-    with pytest.raises(DataError, match="unknown backend 'trt'"):
+    with pytest.raises(UnknownNameError, match="unknown backend 'trt'"):
         parse_backends("onnx,trt")
     with pytest.raises(DataError, match="must include torch"):
         SweepSpace(backends=("onnx",))
@@ -706,7 +724,11 @@ def test_the_adaptor_is_swept_within_the_time_budget_only(
         space=space,
     )
     assert {o.config.method for o in skipped.outcomes} == {"none"}
-    assert "the adaptor is left out from 8 dims on" in caplog.text
+    assert "the trained compressors are left out from 8 dims on" in caplog.text
+    # Named in the result (the command's summary prints it) and in the report.
+    assert skipped.left_out == ("adaptor from 8 dims up",)
+    report = (tmp_path / "w1" / "report" / "report.md").read_text()
+    assert "Left out by the time budget (--time-budget): adaptor from 8 dims up." in report
     swept = tune(
         str(tiny_model),
         data,
@@ -720,6 +742,7 @@ def test_the_adaptor_is_swept_within_the_time_budget_only(
         ("adaptor", 16),
         ("adaptor", 8),
     }
+    assert swept.left_out == ()
 
 
 # ---- bad input --------------------------------------------------------------------------------

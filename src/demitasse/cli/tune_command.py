@@ -98,7 +98,8 @@ def _add_run_options(tune: argparse.ArgumentParser) -> None:
         "--time-budget",
         type=positive_float,
         default=900.0,
-        help="seconds; the adaptor (trained last) is tried only within it",
+        help="seconds of fitting and measuring (embedding not counted); compressors that "
+        "train a network (fitted last) are tried only within it",
     )
     tune.add_argument(
         "--codes",
@@ -180,6 +181,8 @@ def _print_result(result: Any) -> None:
         f"\nPareto front, {needed.metric} against {budget_label(budget)} "
         f"({len(result.outcomes)} configurations):\n"
     )
+    if result.left_out:
+        print(f"left out by --time-budget: {'; '.join(result.left_out)}\n")
     print(outcome_table(result.front, needed, with_encoder=several, budget=budget))
     chosen, written = result.chosen, result.written
     spent = (

@@ -15,6 +15,7 @@ class Truncate(Compressor):
     """Keep the first ``dim`` input dimensions; ``fit`` only records the input width."""
 
     method: ClassVar[str] = "truncate"
+    identity_at_full_width: ClassVar[bool] = True
 
     def __init__(self, dim: int | None = None) -> None:
         self.dim = dim

@@ -55,6 +55,8 @@ class TuneResult:
     report: ReportPaths
     seconds: dict[str, float]  # wall time of each stage
     budget: str = "total"
+    #: What the time budget left out of the sweep (none: every configuration was measured).
+    left_out: tuple[str, ...] = ()
 
     @property
     def total_seconds(self) -> float:
@@ -110,7 +112,7 @@ def tune(
     full = sweep.full_outcome()
     return TuneResult(
         outcomes, full, needed, chosen, written, sweep.speeds, records, report, laps.seconds,
-        budget=target.budget,
+        budget=target.budget, left_out=tuple(sweep.left_out),
     )  # fmt: skip
 
 
@@ -194,6 +196,8 @@ def _write_results(
         f"Target: {needed.describe()}.",
         f"Chosen: {_chosen_text(chosen, needed, budget)}",
     ]
+    if sweep.left_out:
+        summary.append(f"Left out by the time budget (--time-budget): {'; '.join(sweep.left_out)}.")
     if budget != "memory":
         summary.insert(
             2, "Bytes counted: every byte a document costs, its codes and its rescoring copy "

@@ -20,16 +20,25 @@ from typing import Any
 
 from demitasse.compress import (
     CodebookQuantizer,
+    Compressor,
     check_precision,
+    compressor_choices,
+    compressor_class,
     make_quantizer,
     precision_help,
     resolve_compressor,
 )
 from demitasse.compress.vocabulary import plain_precisions
-from demitasse.errors import DataError, DemitasseError
+from demitasse.errors import (
+    DataError,
+    DemitasseError,
+    UnknownCompressionNameError,
+    UnknownNameError,
+)
 
-#: Compressors in the order the sweep fits them (the adaptor last: it trains for minutes);
-#: names as :func:`~demitasse.compress.resolve_compressor` takes them.
+#: The compressors swept by default, by the names of the compressor vocabulary
+#: (:func:`~demitasse.compress.compressor_choices`); a space may take any of them. Those that
+#: train a network are fitted after the others (:func:`trains`).
 METHODS: tuple[str, ...] = ("none", "truncate", "pca", "pca-whiten", "adaptor")
 #: The precisions swept by default: the registry's plain ones (float32, int8, binary); a
 #: space may take any registered precision.
@@ -66,10 +75,9 @@ class Configuration:
     rescore: int | None = None
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise DataError(f"unknown tune method {self.method!r}; known: {', '.join(METHODS)}")
+        check_method(self.method)
         if not _is_canonical_precision(self.precision):
-            raise DataError(f"unknown precision {self.precision!r}")
+            raise UnknownCompressionNameError(f"unknown precision {self.precision!r}")
         if self.rescore is not None and self.precision == "float32":
             raise DataError("float32 search is exact: it has nothing better to rescore with")
 
@@ -137,6 +145,27 @@ def compressor_of(method: str) -> tuple[str | None, dict[str, Any]]:
     return resolve_compressor(method)
 
 
+def compressor_class_of(method: str) -> type[Compressor] | None:
+    """The class of the compressor ``method`` builds (None: the encoder's own vectors)."""
+    name, _ = resolve_compressor(method)
+    return None if name is None else compressor_class(name)
+
+
+def trains(method: str) -> bool:
+    """Whether ``method`` trains a network: the sweep fits it once per width, after every
+    other compressor, within its time budget."""
+    compressor = compressor_class_of(method)
+    return compressor is not None and compressor.trained
+
+
+def check_method(method: str) -> None:
+    """``method`` is a name of the compressor vocabulary (one line naming them otherwise)."""
+    if method not in compressor_choices():
+        raise UnknownCompressionNameError(
+            f"unknown tune method {method!r}; choose from {', '.join(compressor_choices())}"
+        )
+
+
 def quantizer_params(precision: str) -> dict[str, Any]:
     """The quantiser options the sweep codes ``precision`` with: binary codes are ITQ-rotated."""
     return dict(_QUANTIZER_PARAMS.get(precision, {}))
@@ -188,9 +217,8 @@ class SweepSpace:
     def __post_init__(self) -> None:
         codes = (CODES if self.search else ()) if self.codes is None else self.codes
         object.__setattr__(self, "codes", check_codes(codes))
-        unknown = [m for m in self.methods if m not in METHODS]
-        if unknown:
-            raise DataError(f"unknown tune method {unknown[0]!r}; known: {', '.join(METHODS)}")
+        for method in self.methods:
+            check_method(method)
         if "none" not in self.methods:
             # The full model is what every retention is measured against.
             raise DataError("the sweep needs method 'none': the full model is the reference")
@@ -203,12 +231,14 @@ class SweepSpace:
 
     def dims(self, method: str, full_dim: int) -> list[int]:
         """The widths ``method`` is tried at: the full one only for the encoder's own vectors;
-        truncation and the adaptor only below it (at full width they change nothing, or
-        train a whole network to change little); PCA at every width."""
-        if method == "none":
+        a compressor that is the identity at full width (truncation) or trains a network
+        (which would change little there) only below it; the others at every width."""
+        compressor = compressor_class_of(method)
+        if compressor is None:
             return [full_dim]
         dims = halving_dims(full_dim, min(self.min_dim, full_dim))
-        return dims[1:] if method in ("truncate", "adaptor") else dims
+        skip_full = compressor.identity_at_full_width or compressor.trained
+        return dims[1:] if skip_full else dims
 
     def rescorings(self, precision: str) -> list[int | None]:
         if precision == "float32" or not self.search:
@@ -284,15 +314,18 @@ def parse_backends(text: str) -> tuple[str, ...]:
     unknown = [n for n in names if n not in KNOWN]
     if unknown or not names:
         shown = unknown[0] if unknown else text
-        raise DataError(f"unknown backend {shown!r}; choose from {', '.join(KNOWN)}")
+        raise UnknownNameError(f"unknown backend {shown!r}; choose from {', '.join(KNOWN)}")
     return tuple(dict.fromkeys(["torch", *names]))
 
 
-def parse_methods(text: str, known: Sequence[str] = METHODS) -> tuple[str, ...]:
-    """``"truncate,pca"`` → ``("none", "truncate", "pca")``: the full model always comes first."""
+def parse_methods(text: str) -> tuple[str, ...]:
+    """``"truncate,pca"`` → ``("none", "truncate", "pca")``: the full model always comes first;
+    any name of the compressor vocabulary."""
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in known]
-    if unknown or not names:
-        shown = unknown[0] if unknown else text
-        raise DataError(f"unknown tune method {shown!r}; choose from {', '.join(known)}")
+    if not names:
+        raise UnknownCompressionNameError(
+            f"no tune method in {text!r}; choose from {', '.join(compressor_choices())}"
+        )
+    for name in names:
+        check_method(name)
     return tuple(dict.fromkeys(["none", *names]))

@@ -2,14 +2,14 @@
 
 Each encoder embeds every text once per layer (cached in the work folder); each compressor is
 fitted once per layer on the corpus and every narrower width is derived from it (they are
-Matryoshka: a width is a prefix), except the adaptor, trained for each width as a model of that
-width would be; each precision's quantiser is fitted once per width, and the rescoring factors
-share one index. Codebook codes (``rq16``) are precisions of method ``none``: their quantiser
-is fitted on the encoder's full-width corpus vectors, the same fit vectors int8 and binary
-codes of that width are calibrated on, as the written model fits it. Every finished
-configuration is appended to the results store at once, so an interrupted sweep resumes where
-it stopped. Configurations are scored as the model that would be written searches
-(:mod:`demitasse.tune.scoring`).
+Matryoshka: a width is a prefix), except those that train a network (the adaptor), trained for
+each width as a model of that width would be; each precision's quantiser is fitted once per
+width, and the rescoring factors share one index. Codebook codes (``rq16``) are precisions of
+method ``none``: their quantiser is fitted on the encoder's full-width corpus vectors, the same
+fit vectors int8 and binary codes of that width are calibrated on, as the written model fits
+it. Every finished configuration is appended to the results store at once, so an interrupted
+sweep resumes where it stopped. Configurations are scored as the model that would be written
+searches (:mod:`demitasse.tune.scoring`).
 """
 
 from __future__ import annotations
@@ -38,19 +38,21 @@ from demitasse.tune.space import (
     SweepSpace,
     compressor_of,
     quantizer_params,
+    trains,
 )
 from demitasse.tune.store import STORE_FILE, ResultsStore
 
 logger = logging.getLogger(__name__)
 
-#: What the first adaptor fit is assumed to take, before one has been timed.
-ADAPTOR_GUESS_SECONDS = 60.0
+#: What the first fit of a trained compressor is assumed to take, before one has been timed.
+TRAINED_FIT_GUESS_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
 class SweepSettings:
-    """Where and how a sweep runs. ``time_budget`` (seconds since the sweep started) decides
-    whether the adaptor, trained last, is tried at the next width."""
+    """Where and how a sweep runs. ``time_budget`` (seconds of fitting and measuring, from the
+    start of :meth:`Sweep.run`: embedding and timing the encoders are not counted) decides
+    whether a compressor that trains a network (fitted last) is tried at the next width."""
 
     work_dir: Path
     resume: bool = False
@@ -74,9 +76,12 @@ class Sweep:
     speeds: list[ResultRecord] = field(default_factory=list)
     store: ResultsStore | None = None
     started: float = field(default_factory=time.perf_counter)
+    #: Trained compressors the time budget left out: method → the narrowest width left out
+    #: (they are fitted from the narrowest width up, so every wider one is left out too).
+    _left_out: dict[str, int] = field(default_factory=dict)
     _rows: TextRows = field(default_factory=lambda: TextRows([]))
-    _adaptor_seconds: float | None = None
-    _adaptor_out_of_time: bool = False
+    _trained_fit_seconds: float | None = None
+    _trained_out_of_time: bool = False
     _measured: int = 0
 
     def embed(self) -> None:
@@ -159,6 +164,7 @@ class Sweep:
         store = self._store()
         scorer = self.scorer()
         pending = [c for c in self.space.configurations() if self._entry(c) is None]
+        self.started = time.perf_counter()  # the time budget counts the sweep from here
         bar = tqdm(
             total=len(pending), desc="tune: configurations", disable=not self.settings.progress
         )
@@ -195,14 +201,15 @@ class Sweep:
 
     def _groups(self) -> Iterator[tuple[EncodedTexts, int, str]]:
         """(encoder, layer, method) in sweep order: the full model's first (every other
-        configuration is compared with it), the adaptor after everything else."""
+        configuration is compared with it), the compressors that train a network after
+        everything else."""
         first = (self.main, self.main.last_layer, "none")
         yield first
         for late in (False, True):
             for encoded in self.encoders:
                 for layer in encoded.layers:
                     for method in self.space.methods:
-                        if (method == "adaptor") == late and (encoded, layer, method) != first:
+                        if trains(method) == late and (encoded, layer, method) != first:
                             yield encoded, layer, method
 
     def full_configuration(self) -> Configuration:
@@ -256,13 +263,13 @@ class Sweep:
         """Fit ``method`` on one layer's corpus and measure its pending configurations."""
         vectors = self.layer_vectors(encoded, layer)
         rescoring = self._rescoring(vectors)
-        per_width = method == "adaptor"
+        per_width = trains(method)
         dims = sorted({c.dim for c in todo}, reverse=not per_width)
         shared = None
         if not per_width:
             shared = self._fit(method, self._fit_width(encoded, method), vectors.corpus)
         for dim in dims:
-            if per_width and not self._adaptor_fits_in_budget(dim):
+            if per_width and not self._trained_fit_in_budget(method, dim):
                 bar.update(sum(c.dim == dim for c in todo))
                 continue
             compressor = self._fit_timed(method, dim, vectors.corpus) if per_width else shared
@@ -280,9 +287,7 @@ class Sweep:
         """One configuration's stages, fitted as the sweep fits them (what it measures)."""
         encoded = self.encoder(config.encoder)
         vectors = self.layer_vectors(encoded, config.layer)
-        width = (
-            config.dim if config.method == "adaptor" else self._fit_width(encoded, config.method)
-        )
+        width = config.dim if trains(config.method) else self._fit_width(encoded, config.method)
         compressor = self._fit(config.method, width, vectors.corpus)
         reduced = Stages(compressor, make_quantizer("float32"), config.dim).compress(vectors.corpus)
         quantizer = fit_quantizer(config.precision, reduced, quantizer_params(config.precision))
@@ -311,31 +316,38 @@ class Sweep:
     def _fit_timed(self, method: str, dim: int, corpus: np.ndarray) -> Compressor | None:
         began = time.perf_counter()
         compressor = self._fit(method, dim, corpus)
-        self._adaptor_seconds = time.perf_counter() - began
+        self._trained_fit_seconds = time.perf_counter() - began
         return compressor
 
-    def _adaptor_fits_in_budget(self, dim: int) -> bool:
-        """Whether the adaptor may train at ``dim``: the time spent plus its last fit stays
-        within the budget (once it does not, no later width is tried either)."""
+    def _trained_fit_in_budget(self, method: str, dim: int) -> bool:
+        """Whether a trained compressor may train at ``dim``: the time spent plus its last fit
+        stays within the budget (once it does not, no later width is tried either)."""
         budget = self.settings.time_budget
         if budget is None:
             return True
-        if self._adaptor_out_of_time:
+        if self._trained_out_of_time:
+            self._left_out.setdefault(method, dim)
             return False
         spent = time.perf_counter() - self.started
-        expected = self._adaptor_seconds or ADAPTOR_GUESS_SECONDS
+        expected = self._trained_fit_seconds or TRAINED_FIT_GUESS_SECONDS
         if spent + expected <= budget:
             return True
         logger.warning(
-            "the adaptor is left out from %d dims on: %.0f s spent, and about %.0f s more "
-            "per width would pass the time budget of %.0f s (--time-budget)",
+            "the trained compressors are left out from %d dims on: %.0f s spent, and about "
+            "%.0f s more per width would pass the time budget of %.0f s (--time-budget)",
             dim,
             spent,
             expected,
             budget,
         )
-        self._adaptor_out_of_time = True
+        self._trained_out_of_time = True
+        self._left_out.setdefault(method, dim)
         return False
+
+    @property
+    def left_out(self) -> list[str]:
+        """What the time budget left out of the sweep, e.g. ``"adaptor from 64 dims up"``."""
+        return [f"{method} from {dim} dims up" for method, dim in self._left_out.items()]
 
     def _measure(
         self,
