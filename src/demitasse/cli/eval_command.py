@@ -19,6 +19,7 @@ from demitasse.cli.arguments import (
     positive_int,
     precision_help_text,
 )
+from demitasse.compress.binary import ROTATIONS as BINARY_ROTATIONS
 from demitasse.errors import DemitasseError, require_library
 from demitasse.io import atomic_directory, check_directory_target
 from demitasse.search import RESCORE_PRECISIONS
@@ -114,7 +115,7 @@ def _add_retrieval_options(evaluate: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--rotation",
-        choices=("none", "random", "itq"),
+        choices=BINARY_ROTATIONS,
         default=None,
         help="rotate vectors before binarising (binary precision of a sweep; default none)",
     )

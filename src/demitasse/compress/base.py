@@ -189,6 +189,8 @@ class Compressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsMixin,
     trained: ClassVar[bool] = False
     #: At its full input width it returns its input unchanged: nothing to try there.
     identity_at_full_width: ClassVar[bool] = False
+    #: Whether ``fit`` learns from the data (False: it records the input width, no more).
+    learns_from_data: ClassVar[bool] = True
     #: How a compressor built another way than by ``fit`` is made, for messages (set by those
     #: of :func:`register_built_compressor`; None for the estimators).
     built_by: ClassVar[str | None] = None

@@ -16,6 +16,7 @@ class Truncate(Compressor):
 
     method: ClassVar[str] = "truncate"
     identity_at_full_width: ClassVar[bool] = True
+    learns_from_data: ClassVar[bool] = False
 
     def __init__(self, dim: int | None = None) -> None:
         self.dim = dim

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from demitasse.compress import Quantizer, make_compressor, make_quantizer
+from demitasse.compress import Quantizer, compressor_class, make_compressor, make_quantizer
 from demitasse.compress.vocabulary import resolve_auto
 from demitasse.encoders.base import Encoder
 from demitasse.errors import DemitasseError
@@ -70,7 +70,9 @@ def evaluate_grid(
     ``"encoder"`` rescore against the layer's full output (int8 ranges from the fit texts).
     """
     layers = list(layers) if layers else [encoder.num_layers]
-    needs_fit = any(s.method not in (None, "truncate") for s in specs)
+    needs_fit = any(
+        s.method is not None and compressor_class(s.method).learns_from_data for s in specs
+    )
     if (needs_fit or any(p != "float32" for p in precisions)) and not fit_texts:
         raise DemitasseError(
             "PCA, random projection and quantised precisions need fit data (--fit-data)"
