@@ -1,6 +1,6 @@
-"""The shape the code keeps (issue #27): no function in ``src/`` or the benchmarks' lab
-(``benchmarks/lab/``) over 60 lines and no benchmark ``main()`` over 80, counted from ``def``
-to the last line of the body.
+"""The shape the code keeps (issues #27, #48): no module in ``src/`` over 600 lines, no
+function in ``src/`` or the benchmarks' lab (``benchmarks/lab/``) over 60 lines and no
+benchmark ``main()`` over 80, counted from ``def`` to the last line of the body.
 
 Ruff bounds complexity (C901) and statement count (PLR0915), but a function can pass both and
 still run to pages of keyword arguments and f-string prose; its length is what a reader meets.
@@ -89,3 +89,16 @@ def test_no_benchmark_main_is_longer_than_80_lines() -> None:
         f"benchmark main()s over {MAX_BENCHMARK_MAIN_LINES} lines; move the work into library "
         "functions:\n  " + "\n  ".join(too_long)
     )
+
+
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_in_src_is_longer_than_600_lines() -> None:
+    """Issue #48: a module a newcomer can read; a longer one is split by what its parts do."""
+    long = {
+        str(path.relative_to(REPO)): n
+        for path in SOURCES
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"

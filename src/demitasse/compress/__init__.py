@@ -25,7 +25,7 @@ from demitasse.compress.codebooks import (
     ProductQuantizer,
     ResidualQuantizer,
 )
-from demitasse.compress.learned import LearnedCompressor, TrainingSettings
+from demitasse.compress.learned import LearnedCompressor
 from demitasse.compress.manifold import LLE, Isomap
 from demitasse.compress.mcr2 import MCR2
 from demitasse.compress.pca import PCA
@@ -47,6 +47,7 @@ from demitasse.compress.sampling import Reservoir
 from demitasse.compress.smec import SMEC, SMECVariant
 from demitasse.compress.smec_objective import EmbeddingMemory
 from demitasse.compress.statistics import VectorStatistics
+from demitasse.compress.training_settings import TrainingSettings
 from demitasse.compress.truncate import Truncate
 from demitasse.compress.vocabulary import (
     check_precision,

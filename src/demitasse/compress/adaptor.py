@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from demitasse.compress._estimator import Interval
 from demitasse.compress.base import register_compressor
-from demitasse.compress.learned import LearnedCompressor, TrainingSettings, halving_dims
+from demitasse.compress.learned import LearnedCompressor, halving_dims
 from demitasse.compress.params import Integers
+from demitasse.compress.training_settings import TrainingSettings
 
 if TYPE_CHECKING:
     import torch

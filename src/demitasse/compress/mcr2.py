@@ -33,8 +33,9 @@ import numpy as np
 from demitasse.arrays import DEFAULT_CHUNK_ROWS, as_matrix, check_finite
 from demitasse.compress._estimator import Interval
 from demitasse.compress.base import register_compressor
-from demitasse.compress.learned import DEFAULT_TRAINING, LearnedCompressor, TrainingSettings
+from demitasse.compress.learned import LearnedCompressor
 from demitasse.compress.params import Integers, ParamGroup
+from demitasse.compress.training_settings import DEFAULT_TRAINING, TrainingSettings
 from demitasse.errors import DataError
 
 if TYPE_CHECKING:

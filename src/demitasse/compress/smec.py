@@ -62,9 +62,10 @@ import numpy as np
 from demitasse.arrays import is_int
 from demitasse.compress._estimator import Interval, StrOptions
 from demitasse.compress.base import register_compressor
-from demitasse.compress.learned import LearnedCompressor, TrainingSettings, halving_dims
+from demitasse.compress.learned import LearnedCompressor, halving_dims
 from demitasse.compress.params import Integers, ParamGroup
 from demitasse.compress.smec_objective import EmbeddingMemory, GroupObjective
+from demitasse.compress.training_settings import TrainingSettings
 from demitasse.errors import CompressorError
 
 if TYPE_CHECKING:

@@ -70,9 +70,7 @@ def evaluate_grid(
     ``"encoder"`` rescore against the layer's full output (int8 ranges from the fit texts).
     """
     layers = list(layers) if layers else [encoder.num_layers]
-    needs_fit = any(
-        s.method is not None and compressor_class(s.method).learns_from_data for s in specs
-    )
+    needs_fit = any(s.method and compressor_class(s.method).learns_from_data for s in specs)
     if (needs_fit or any(p != "float32" for p in precisions)) and not fit_texts:
         raise DemitasseError(
             "PCA, random projection and quantised precisions need fit data (--fit-data)"

@@ -21,6 +21,7 @@ from demitasse.serve.app import ServeSettings, create_app
 
 logger = logging.getLogger(__name__)
 
+
 def load_served_model(source: str | Path, *, backend: str | None = None) -> CompressedModel:
     """A model directory as saved, or a plain encoder (name or directory, transformer or
     static) at its full width; refused when it cannot embed texts (vectors-only).
