@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "METRIC_SPACES",
+    "RESCORE_POOL_K",
     "RESCORE_PRECISIONS",
     "RESCORE_SOURCES",
     "SEARCH_METRICS",
@@ -61,6 +62,7 @@ __all__ = [
     "check_rescore_multiplier",
     "exact_search",
     "faiss_or_none",
+    "rescore_depth",
     "search_metric_of",
 ]
 
@@ -197,6 +199,19 @@ def check_k(k: Any) -> int:
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
         raise DataError(f"k must be a positive integer, got {k!r}")
     return int(k)
+
+
+#: The rescoring pool is sized for at least this many results, so a search's top results do
+#: not depend on ``k`` up to it: a ``k=5`` search returns the first five of the ``k=10`` one
+#: (a pool of ``ceil(k·F)`` would rescore fewer candidates for a smaller ``k`` and could let
+#: its results move). Tune measures the top 10 (:data:`demitasse.tune.scoring.TOP_K`).
+RESCORE_POOL_K = 10
+
+
+def rescore_depth(k: int, factor: float, n_documents: int) -> int:
+    """How many candidates the first stage finds for rescoring a top-``k`` search with factor
+    ``factor``: ``ceil(max(k, RESCORE_POOL_K)·F)``, at most every document."""
+    return min(n_documents, math.ceil(max(k, RESCORE_POOL_K) * factor))
 
 
 def check_rescore_multiplier(value: Any) -> float | None:
@@ -484,8 +499,9 @@ class QuantizedIndex:
         ``queries`` are float32 vectors in the codes' space (the quantiser encodes them).
         Without ``rescore_multiplier`` (or with 1 and no rescoring store) this is plain
         quantised search. With ``F = rescore_multiplier`` and a store, the first stage returns
-        ``ceil(k·F)`` candidates and the rescoring scores (``rescore_queries``, default
-        ``queries``, against the kept vectors) decide their top ``k``.
+        ``ceil(max(k, 10)·F)`` candidates (:func:`rescore_depth`: the top ``k`` do not depend
+        on ``k`` up to 10) and the rescoring scores (``rescore_queries``, default ``queries``,
+        against the kept vectors) decide their top ``k``.
         """
         k = check_k(k)
         factor = check_rescore_multiplier(rescore_multiplier)
@@ -498,7 +514,7 @@ class QuantizedIndex:
             factor = None
         if factor is None:
             return self.first_stage(queries, k)
-        depth = min(self.n_documents, math.ceil(k * factor))
+        depth = rescore_depth(k, factor, self.n_documents)
         _, candidates = self.first_stage(queries, depth)
         scores = self.rescore_scores(
             queries if rescore_queries is None else rescore_queries, candidates

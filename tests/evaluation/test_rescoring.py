@@ -21,7 +21,7 @@ from demitasse.evaluation.ranking_metrics import evaluate_run
 from demitasse.evaluation.retrieval import RetrievalTask
 from demitasse.evaluation.tasks import EmbeddedTexts
 from demitasse.latency import measure_search_latency
-from demitasse.search import QuantizedIndex, Rescoring, exact_search
+from demitasse.search import RESCORE_POOL_K, QuantizedIndex, Rescoring, exact_search
 from tests.helpers import FakeEncoder, synthetic_beir
 
 Data = tuple[np.ndarray, np.ndarray]
@@ -80,10 +80,27 @@ def test_binary_search_rescored_with_float_vectors_is_the_definition(
     index = QuantizedIndex.from_vectors(docs, quantizer, rescore="float32")
     scores, rows = index.search(queries, k, rescore_multiplier=factor)
     cosine = unit(queries) @ unit(docs).T
-    depth = min(len(docs), math.ceil(k * factor))
+    depth = min(len(docs), math.ceil(max(k, RESCORE_POOL_K) * factor))
     expected = reference_rescored(hamming_agreement(quantizer, queries, docs), cosine, k, depth)
     np.testing.assert_array_equal(rows, expected)
     np.testing.assert_allclose(scores, np.take_along_axis(cosine, rows, 1), atol=1e-5)
+
+
+@pytest.mark.parametrize("factor", [1.5, 4])
+def test_the_top_results_do_not_depend_on_k(data: Data, factor: float) -> None:
+    """An application that pages results sees them stay put: the rescoring pool is sized for
+    at least the top 10, so every k up to 10 gets a prefix of the top 10 (issue #50)."""
+    docs, queries = data
+    quantizer = make_quantizer("binary")
+    index = QuantizedIndex.from_vectors(docs, quantizer, rescore="float32")
+    _, top10 = index.search(queries, 10, rescore_multiplier=factor)
+    for k in range(1, 10):
+        _, rows = index.search(queries, k, rescore_multiplier=factor)
+        np.testing.assert_array_equal(rows, top10[:, :k])
+    # A pool of ceil(k·F) alone would move them: the definition with it, for k = 3.
+    agreement, cosine = hamming_agreement(quantizer, queries, docs), unit(queries) @ unit(docs).T
+    narrow = reference_rescored(agreement, cosine, 3, math.ceil(3 * factor))
+    assert (narrow != top10[:, :3]).any()
 
 
 def test_int8_vectors_rescore_as_their_bucket_centres(data: Data) -> None:

@@ -27,7 +27,6 @@ documents in memory. Queries are texts only: they go through the model, never ar
 from __future__ import annotations
 
 import logging
-import math
 import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ from demitasse.data import check_texts
 from demitasse.errors import DataError, DemitasseError, one_line
 from demitasse.pipeline import RescoreStore, search_prepared
 from demitasse.provenance import ProvenanceError, check_provenance
-from demitasse.search import QuantizedIndex, check_k
+from demitasse.search import QuantizedIndex, check_k, rescore_depth
 from demitasse.store._layout import (
     CODES,
     ID,
@@ -291,7 +290,9 @@ class LanceStore:
         n_rows: int,
     ) -> list[list[tuple[int, str, float]]]:
         quantizer = model.stages(layout.dim, layout.precision).quantizer
-        depth = min(n_rows, math.ceil(k * factor) if factor and rescore_queries is not None else k)
+        depth = min(n_rows, k)
+        if factor is not None and rescore_queries is not None:
+            depth = rescore_depth(k, factor, n_rows)
         columns = layout.search_columns
         found = []
         for i, code in enumerate(quantizer.quantize(first_stage)):
