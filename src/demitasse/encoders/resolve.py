@@ -140,6 +140,10 @@ def resolve_model(name_or_path: str | Path) -> ResolvedModel:
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
+            if (path / "best" / "config.json").is_file():  # `demitasse train --out path`
+                raise ModelNotFoundError(
+                    f"{path} holds a training run, not a model: its model is {path / 'best'}"
+                )
             raise ModelNotFoundError(f"{path} is a directory but holds no model (no config.json)")
         return ResolvedModel(name=path.name, path=path.resolve(), source="directory")
     name = str(name_or_path)
