@@ -58,7 +58,9 @@ def _beir_folder(folder: Path, offset: int = 0, unknown: int = 0) -> Path:
 
 
 def _records(out: Path) -> list[dict]:
-    return json.loads((out / "results.json").read_text())
+    """The evaluated model's records (eval --model also scores the full model beside it)."""
+    records = json.loads((out / "results.json").read_text())
+    return [r for r in records if r["extra"].get("reference") != "full model"]
 
 
 def _fails_cleanly(capsys: pytest.CaptureFixture[str], argv: list[str], expected: str) -> None:
@@ -106,7 +108,7 @@ def test_a_sweep_over_beir_folders_with_rotation_and_rescoring(
 
 
 def test_own_files_in_any_format_and_a_rescoring_model_directory(
-    tiny_model: Path, tmp_path: Path
+    tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = _beir_folder(tmp_path / "mine")
     queries = tmp_path / "questions.tsv"
@@ -126,8 +128,16 @@ def test_own_files_in_any_format_and_a_rescoring_model_directory(
                             quantizer_params={"rotation": "random"}, rescore_factor=3)  # fmt: skip
     model.fit(texts).save(model_dir)
 
+    capsys.readouterr()
     assert main(["eval", "--model", str(model_dir), *files, "--out", str(tmp_path / "a")]) == 0
     records = _records(tmp_path / "a")
+    # Beside the full model: its scores, each one's retention, the bytes with their split.
+    everything = json.loads((tmp_path / "a" / "results.json").read_text())
+    full = [r for r in everything if r["extra"].get("reference") == "full model"]
+    assert {(r["method"], r["precision"], r["dim"]) for r in full} == {("none", "float32", HIDDEN)}
+    printed = capsys.readouterr().out
+    assert "against the full model" in printed and "% kept" in printed
+    assert f"{1 + HIDDEN} bytes a document (1 codes + {HIDDEN} rescoring copy)" in printed
     assert {r["dataset"] for r in records} == {"mine"}  # named after the corpus's folder
     assert {(r["extra"]["rescore"], r["extra"]["rescore_precision"]) for r in records} == {
         (3, "int8")

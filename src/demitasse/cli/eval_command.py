@@ -381,7 +381,52 @@ def _evaluate_model_dir(args: argparse.Namespace, search: SearchOptions) -> None
         model, tasks, dims=dims, precisions=precisions, extra={"model_dir": args.model}
     )
     _tag_backend(records, model.settings.backend)
-    _write_results(records, out, model.recipe.name, started)
+    reference = _full_model_records(model, tasks, args)
+    _write_results([*records, *reference], out, model.recipe.name, started)
+    _print_retention(records, reference)
+
+
+#: ``extra["reference"]`` of the records of the full model an evaluated model is compared with.
+FULL_MODEL = "full model"
+
+
+def _full_model_records(
+    model: Any, tasks: list[Any], args: argparse.Namespace
+) -> list[ResultRecord]:
+    """The same tasks scored by the model's encoder as published (every layer, no compressor,
+    float32): what the model's retention is measured against. None for a vectors-only model."""
+    from demitasse.evaluation.grid import evaluate_model
+    from demitasse.model import open_model
+
+    if model.recipe.encoder is None:
+        return []
+    full = open_model(model.recipe.encoder, backend=args.backend)
+    full.settings.batch_size = args.batch_size
+    records = evaluate_model(full, tasks, extra={"model_dir": args.model, "reference": FULL_MODEL})
+    _tag_backend(records, full.settings.backend)
+    return records
+
+
+def _print_retention(records: list[ResultRecord], reference: list[ResultRecord]) -> None:
+    """Each score beside the full model's and the share of it kept, and the bytes a document
+    costs with their split (codes + rescoring copy)."""
+    full = {(r.task, r.dataset, r.metric): r.score for r in reference}
+    lines = []
+    for r in records:
+        whole = full.get((r.task, r.dataset, r.metric))
+        if whole is None or r.task == "efficiency":
+            continue
+        kept = f"{100 * r.score / whole:.1f} %" if whole else "n/a"
+        extra = r.extra or {}
+        split = ""
+        if "index_bytes" in extra:
+            split = f" ({extra['index_bytes']} codes + {extra['store_bytes']} rescoring copy)"
+        lines.append(
+            f"{r.task} {r.dataset} {r.metric} at {r.dim} dims {r.precision}: {r.score:.2f}, "
+            f"full model {whole:.2f} ({kept} kept); {r.bytes_per_vector} bytes a document{split}"
+        )
+    if lines:
+        print("\nagainst the full model (its encoder as published, float32):\n" + "\n".join(lines))
 
 
 # ---- results ---------------------------------------------------------------------------------
