@@ -4,8 +4,6 @@ stopped, run an engine, mark the output complete."""
 from __future__ import annotations
 
 import logging
-import os
-import sys
 from typing import Any
 
 from demitasse.bulk.job import EMBED, BulkJob, load_model
@@ -13,6 +11,7 @@ from demitasse.bulk.local import run_local
 from demitasse.bulk.manifest import Manifest, check_output_target, prepare_output
 from demitasse.bulk.ray_engine import RayOptions, run_ray
 from demitasse.errors import DemitasseError, UnknownNameError
+from demitasse.progress import progress as show_progress
 
 logger = logging.getLogger(__name__)
 
@@ -26,13 +25,14 @@ def run_bulk(
     engine: str = "local",
     ray: RayOptions | None = None,
     threads: int | None = None,
-    progress: bool | None = None,
+    progress: bool = True,
 ) -> Manifest:
     """Write ``job``'s shards into ``job.out`` and return the final manifest.
 
     A folder that holds another model's output is refused (provenance), an unfinished or
     finished one is continued only with ``resume``. ``threads``: torch threads of the local
-    engine (None leaves torch's setting).
+    engine (None leaves torch's setting). ``progress``: a bar on a terminal, a line every half
+    minute elsewhere, and a last line with the rate (:mod:`demitasse.progress`).
     """
     if engine not in ENGINES:
         raise UnknownNameError(f"unknown engine {engine!r}; use local or ray")
@@ -60,10 +60,6 @@ def run_bulk(
     return manifest
 
 
-def _progress_bar(job: BulkJob, progress: bool | None) -> Any:
-    from tqdm.auto import tqdm
-
-    if progress is None:
-        progress = sys.stderr.isatty() or bool(os.environ.get("DEMITASSE_PROGRESS"))
+def _progress_bar(job: BulkJob, progress: bool) -> Any:
     unit = "texts" if job.command == EMBED else "vectors"
-    return tqdm(desc=job.command, unit=f" {unit}", disable=not progress, smoothing=0.1)
+    return show_progress(job.command, unit=unit, enabled=progress)

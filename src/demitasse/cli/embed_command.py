@@ -48,6 +48,9 @@ def add_bulk_parsers(commands: Any) -> None:  # argparse's subparsers action
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output directory (shards + manifest.json)")
     parser.add_argument("--resume", action="store_true", help="complete an interrupted run")
+    parser.add_argument(
+        "--quiet", action="store_true", help="no progress (a bar, or a line every 30 s)"
+    )
     parser.add_argument("--engine", choices=("local", "ray"), default="local")
     parser.add_argument("--dim", type=positive_int, default=None, help="default: the model's")
     parser.add_argument(
@@ -127,7 +130,10 @@ def run_bulk_command(args: argparse.Namespace) -> int:
     ray = RayOptions(
         address=args.ray_address, concurrency=args.concurrency, threads=args.threads or 1
     )
-    manifest = run_bulk(job, resume=args.resume, engine=args.engine, ray=ray, threads=args.threads)
+    manifest = run_bulk(
+        job, resume=args.resume, engine=args.engine, ray=ray, threads=args.threads,
+        progress=not args.quiet,
+    )  # fmt: skip
     _report(manifest, args.out)
     return 0
 

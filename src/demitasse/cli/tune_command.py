@@ -5,7 +5,6 @@ their own data, written as a model directory. The command parses its options, ca
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -90,6 +89,9 @@ def _add_run_options(tune: argparse.ArgumentParser) -> None:
         help="continue the sweep in --work-dir: finished configurations are kept",
     )
     tune.add_argument(
+        "--quiet", action="store_true", help="no progress (a bar, or a line every 30 s)"
+    )
+    tune.add_argument(
         "--compressors",
         default=DEFAULT_COMPRESSORS,
         help=f"compressors to sweep besides none (default {DEFAULT_COMPRESSORS})",
@@ -142,7 +144,7 @@ def run_tune(args: argparse.Namespace) -> int:
         resume=args.resume,
         batch_size=args.batch_size,
         time_budget=args.time_budget,
-        progress=sys.stderr.isatty() or bool(os.environ.get("DEMITASSE_PROGRESS")),
+        progress=not args.quiet,
     )
     space = SweepSpace(
         methods=compressors, search=data.kind != "pairs", backends=backends, codes=codes

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from demitasse.encoders.base import Encoder
 from demitasse.encoders.cache import fingerprint_directory
 from demitasse.evaluation.efficiency import measure_encode_throughput
 from demitasse.evaluation.records import ResultRecord
 from demitasse.loading import load_encoder
+from demitasse.progress import progress as show_progress
 
 logger = logging.getLogger(__name__)
 
@@ -82,13 +82,14 @@ def embed_texts(
 ) -> dict[int, np.ndarray]:
     """Vectors of ``texts`` at each of ``layers``, a chunk of texts per encoder call."""
     out = {layer: np.empty((len(texts), encoder.dim), np.float32) for layer in layers}
-    starts = range(0, len(texts), EMBED_CHUNK)
-    bar = tqdm(starts, desc=f"tune: embedding with {encoder.name}", disable=not progress)
-    for start in bar:
-        chunk = list(texts[start : start + EMBED_CHUNK])
-        encoded = encoder.encode_layers(chunk, list(layers), batch_size=batch_size)
-        for layer in layers:
-            out[layer][start : start + len(chunk)] = encoded[layer]
+    desc = f"tune: embedding with {encoder.name}"
+    with show_progress(desc, total=len(texts), unit="texts", enabled=progress) as bar:
+        for start in range(0, len(texts), EMBED_CHUNK):
+            chunk = list(texts[start : start + EMBED_CHUNK])
+            encoded = encoder.encode_layers(chunk, list(layers), batch_size=batch_size)
+            for layer in layers:
+                out[layer][start : start + len(chunk)] = encoded[layer]
+            bar.update(len(chunk))
     return out
 
 

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from demitasse.compress import Compressor, make_compressor, make_quantizer
 from demitasse.errors import DataError
 from demitasse.evaluation.records import ResultRecord
 from demitasse.pipeline import RescoreStore, Stages, fit_quantizer
+from demitasse.progress import progress as show_progress
 from demitasse.tune.choice import Outcome
 from demitasse.tune.data import TuneData
 from demitasse.tune.encoding import EncodedTexts, encode, measure_speeds, speed_sample
@@ -165,10 +165,10 @@ class Sweep:
         scorer = self.scorer()
         pending = [c for c in self.space.configurations() if self._entry(c) is None]
         self.started = time.perf_counter()  # the time budget counts the sweep from here
-        bar = tqdm(
-            total=len(pending), desc="tune: configurations", disable=not self.settings.progress
-        )
-        try:
+        with show_progress(
+            "tune: configurations", total=len(pending), unit="configurations",
+            enabled=self.settings.progress,
+        ) as bar:  # fmt: skip
             for encoded, layer, method in self._groups():
                 todo = [
                     c
@@ -177,8 +177,6 @@ class Sweep:
                 ]
                 if todo:
                     self._run_group(encoded, layer, method, todo, scorer, bar)
-        finally:
-            bar.close()
         logger.info("%d configurations measured (%d stored)", self._measured, len(store))
         return self.outcomes()
 
