@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from demitasse.compress import Int8Quantizer
 from demitasse.errors import DemitasseError
 from demitasse.export import model2vec, sentence_transformers
 from demitasse.export.model2vec import export_model2vec
 from demitasse.export.sentence_transformers import export_sentence_transformer
+from demitasse.export.st_rescoring import RescoringPart
 from demitasse.model import CompressedModel, check_model_target
 
 #: ``onnx``: the model directory again, its transformer encoder inside as an ONNX graph
@@ -67,7 +69,18 @@ def export_model(
         compressor=model.compressor,
         quantizer=model.quantizer,
         normalize=recipe.normalize,
+        rescoring=_rescoring_part(model),
     )
+
+
+def _rescoring_part(model: CompressedModel) -> RescoringPart | None:
+    """How the model rescores, for the export (None: it does not)."""
+    store, factor = model.stages().rescore_store, model.recipe.rescore_factor
+    if store is None or factor is None:
+        return None
+    ranges = store.quantizer
+    assert ranges is None or isinstance(ranges, Int8Quantizer)
+    return RescoringPart(factor, ranges)
 
 
 def _export_graph(model: CompressedModel, out: str | Path, dim: int | None) -> Path:

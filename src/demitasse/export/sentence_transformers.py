@@ -46,6 +46,12 @@ from demitasse.compress.base import AffineMap
 from demitasse.encoders.transformer import TransformerEncoder, layer_stack
 from demitasse.errors import ExportError
 from demitasse.export.onnx_files import ONNX_INT8_FILE, write_onnx_files
+from demitasse.export.st_rescoring import (
+    RescoringPart,
+    first_stage_lines,
+    rescoring_readme,
+    write_rescoring,
+)
 from demitasse.io import atomic_directory, check_directory_target
 from demitasse.loading import load_encoder
 
@@ -78,13 +84,16 @@ def export_sentence_transformer(
     compressor: Compressor | None = None,
     quantizer: Quantizer | None = None,
     normalize: bool = False,
+    rescoring: RescoringPart | None = None,
 ) -> Path:
     """Export ``model`` (local path or packaged name) cut to ``layer``, compressed to ``dim``.
 
     ``compressor`` is fitted on the vectors of ``layer`` (any registered method); ``dim``
     defaults to its output width, or the model's without one. ``quantizer`` (fitted on the
     compressed vectors) adds its calibration to the export: float32, int8 or binary, the
-    precisions sentence-transformers computes (product and residual codes are refused). Raises
+    precisions sentence-transformers computes (product and residual codes are refused).
+    ``rescoring`` (a model that rescores) adds the ranges of what each document keeps and the
+    README's search with rescoring (:mod:`demitasse.export.st_rescoring`). Raises
     :class:`ExportError` (and writes nothing) for what cannot be carried.
     """
     from sentence_transformers import SentenceTransformer
@@ -98,6 +107,7 @@ def export_sentence_transformer(
     _check_quantizer(quantizer, dim)
 
     modules = _encoder_modules(encoder, layer)
+    encoder_modules = len(modules)
     tail, truncate_dim = _compressor_modules(compressor, encoder.dim, dim, normalize)
     modules += tail
     if normalize:
@@ -116,7 +126,7 @@ def export_sentence_transformer(
         "trust_remote_code": custom,
         "quantization": None,
     }
-    _save_export(st, out, info, quantizer)
+    _save_export(st, out, info, quantizer, (rescoring, encoder_modules))
     return Path(out)
 
 
@@ -137,7 +147,11 @@ def _check_layer_and_dim(
 
 
 def _save_export(
-    st: SentenceTransformer, out: str | Path, info: dict[str, Any], quantizer: Quantizer | None
+    st: SentenceTransformer,
+    out: str | Path,
+    info: dict[str, Any],
+    quantizer: Quantizer | None,
+    rescoring: tuple[RescoringPart | None, int],
 ) -> None:
     """The model, its ONNX files, Matryoshka widths, quantisation, export info and README:
     all or nothing."""
@@ -150,6 +164,7 @@ def _save_export(
         config["matryoshka_dims"] = info["matryoshka_dims"]
         config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         info["quantization"] = _write_quantization(quantizer, info["dim"], tmp)
+        info["rescoring"] = write_rescoring(*rescoring, tmp)
         (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
         (tmp / "README.md").write_text(_readme(info), encoding="utf-8")
 
@@ -341,6 +356,7 @@ def _readme(info: dict[str, Any]) -> str:
             _onnx_readme(),
             matryoshka,
             *_quantization_readme(info["quantization"]),
+            *rescoring_readme(info, first_stage_lines(info["quantization"], info["dim"])),
         ]
     )
 
