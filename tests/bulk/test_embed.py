@@ -131,7 +131,6 @@ def test_an_existing_output_needs_resume_and_a_foreign_folder_is_refused(
         (lambda d: (d / "x.jsonl").write_text('{"text": null}\n'), "holds null, not a string"),
         (lambda d: pq.write_table(pa.table({"body": ["a"]}), d / "x.parquet"), "no column 'text'"),
         (lambda d: (d / "x.csv").write_text("text\nhi\n"), "unsupported input type"),
-        (lambda d: (d / "x.txt").write_bytes(b"ok\n\xff\xfe\n"), "line 2 is not valid UTF-8"),
     ],
 )
 def test_bad_input_ends_in_one_line_and_exit_code_2(

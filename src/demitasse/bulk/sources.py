@@ -9,7 +9,9 @@ record's id is ``<file>:<n>``: the 1-based line of text and JSON Lines files, th
 Parquet files, with ``<file>`` the path relative to the inputs' common folder.
 
 Reading a shard skips the earlier records as raw bytes (text) or whole row batches (Parquet), so
-a damaged record spoils only the shard that holds it.
+a damaged record spoils only the shard that holds it. Text that is not valid Unicode (invalid
+UTF-8, a JSON ``"\ud800"``) becomes U+FFFD, with one warning per file and run of shards read
+(:mod:`demitasse.data.unicode`): the record is embedded, never dropped.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from demitasse.arrays import arrow_vectors
+from demitasse.data.unicode import Replacements, arrow_texts
 from demitasse.errors import DataError, one_line
 
 KINDS = {".txt": "text", ".txt.gz": "text", ".jsonl": "jsonl", ".jsonl.gz": "jsonl",
@@ -111,14 +114,14 @@ def iter_chunks(
     Values are a list of texts, or a float32 [n, d] array of vectors."""
     start = first_shard * shard_rows
     stop = None if last_shard is None else (last_shard + 1) * shard_rows
-    if source.kind == "parquet":
-        chunks = _parquet_chunks(source, start, stop, _Cut(shard_rows, chunk_rows), columns)
-    elif columns.values != "texts":
+    if source.kind != "parquet" and columns.values != "texts":
         raise DataError(f"{source.path}: vectors are read from Parquet files only")
-    else:
-        chunks = _text_chunks(source, start, stop, _Cut(shard_rows, chunk_rows), columns)
-    for first, ids, values in chunks:
-        yield first // shard_rows, ids, values
+    reader = _parquet_chunks if source.kind == "parquet" else _text_chunks
+    unit = "row" if source.kind == "parquet" else "line"
+    with Replacements(str(source.path), unit) as replaced:
+        chunks = reader(source, start, stop, _Cut(shard_rows, chunk_rows), columns, replaced)
+        for first, ids, values in chunks:
+            yield first // shard_rows, ids, values
 
 
 @dataclass(frozen=True)
@@ -133,10 +136,15 @@ class _Cut:
 
 
 def _text_chunks(
-    source: InputFile, start: int, stop: int | None, cut: _Cut, columns: Columns
+    source: InputFile,
+    start: int,
+    stop: int | None,
+    cut: _Cut,
+    columns: Columns,
+    replaced: Replacements,
 ) -> Iterator[tuple[int, list[str], Any]]:
-    records = (
-        _text_records(source, columns) if source.kind == "text" else _jsonl_records(source, columns)
+    records = (_text_records if source.kind == "text" else _jsonl_records)(
+        source, columns, replaced
     )
     try:
         for _ in itertools.islice(records, start):
@@ -185,15 +193,16 @@ def _raw_lines(source: InputFile) -> Iterator[tuple[int, bytes]]:
         raise DataError(f"{source.path}: not a valid gzip file ({one_line(exc)})") from None
 
 
-def _decode(source: InputFile, lineno: int, raw: bytes) -> str:
+def _decode(lineno: int, raw: bytes, replaced: Replacements) -> str:
     try:
-        line = raw.decode("utf-8").rstrip("\r\n")
+        line = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise DataError(f"{source.path}: line {lineno} is not valid UTF-8") from None
+        line = replaced.decode(raw, f"line {lineno}")
+    line = line.rstrip("\r\n")
     return line.removeprefix("\ufeff") if lineno == 1 else line
 
 
-def _text_records(source: InputFile, columns: Columns) -> Iterator[Any]:
+def _text_records(source: InputFile, columns: Columns, replaced: Replacements) -> Iterator[Any]:
     """Every line is a record (an empty one too: ids stay line numbers); each item is a
     function that decodes it, so skipped records cost no decoding."""
     if columns.ids is not None and columns.id_required:
@@ -201,20 +210,24 @@ def _text_records(source: InputFile, columns: Columns) -> Iterator[Any]:
     for lineno, raw in _raw_lines(source):
         yield lambda lineno=lineno, raw=raw: (
             f"{source.name}:{lineno}",
-            _decode(source, lineno, raw),
+            _decode(lineno, raw, replaced),
         )
 
 
-def _jsonl_records(source: InputFile, columns: Columns) -> Iterator[Any]:
+def _jsonl_records(source: InputFile, columns: Columns, replaced: Replacements) -> Iterator[Any]:
     for lineno, raw in _raw_lines(source):
         if raw.strip():
-            yield lambda lineno=lineno, raw=raw: _json_record(source, lineno, raw, columns)
+            yield lambda lineno=lineno, raw=raw: _json_record(
+                source, lineno, raw, columns, replaced
+            )
 
 
-def _json_record(source: InputFile, lineno: int, raw: bytes, columns: Columns) -> tuple[str, str]:
+def _json_record(
+    source: InputFile, lineno: int, raw: bytes, columns: Columns, replaced: Replacements
+) -> tuple[str, str]:
     where = f"{source.path}: line {lineno}"
     try:
-        record = json.loads(_decode(source, lineno, raw))
+        record = json.loads(_decode(lineno, raw, replaced))
     except (ValueError, RecursionError) as exc:
         raise DataError(f"{where}: invalid JSON ({one_line(exc)})") from None
     if not isinstance(record, dict):
@@ -226,8 +239,9 @@ def _json_record(source: InputFile, lineno: int, raw: bytes, columns: Columns) -
     if columns.ids is not None and (columns.ids in record or columns.id_required):
         if columns.ids not in record:
             raise DataError(f"{where}: no {columns.ids!r} field for the id")
-        ident = _id_text(record[columns.ids], where)
-    return ident, check_text(record[columns.value], where, columns.value)
+        ident = replaced.text(_id_text(record[columns.ids], where), f"line {lineno}")
+    text = check_text(record[columns.value], where, columns.value)
+    return ident, replaced.text(text, f"line {lineno}")
 
 
 def check_text(value: Any, where: str, column: str) -> str:
@@ -246,7 +260,12 @@ def _id_text(value: Any, where: str) -> str:
 
 
 def _parquet_chunks(
-    source: InputFile, start: int, stop: int | None, cut: _Cut, columns: Columns
+    source: InputFile,
+    start: int,
+    stop: int | None,
+    cut: _Cut,
+    columns: Columns,
+    replaced: Replacements,
 ) -> Iterator[tuple[int, list[str], Any]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -278,7 +297,10 @@ def _parquet_chunks(
             while offset < batch.num_rows and (stop is None or row + offset < stop):
                 size = min(cut.size(row + offset, stop), batch.num_rows - offset)
                 part = batch.slice(offset, size)
-                yield row + offset, *_parquet_chunk(source, part, row + offset, columns, wanted)
+                yield (
+                    row + offset,
+                    *_parquet_chunk(source, part, row + offset, (columns, wanted), replaced),
+                )
                 offset += size
             row += batch.num_rows
             if stop is not None and row >= stop:
@@ -299,17 +321,22 @@ def _parquet_columns(source: InputFile, names: list[str], columns: Columns) -> l
 
 
 def _parquet_chunk(
-    source: InputFile, batch: Any, first: int, columns: Columns, wanted: list[str]
+    source: InputFile,
+    batch: Any,
+    first: int,
+    read: tuple[Columns, list[str]],
+    replaced: Replacements,
 ) -> tuple[list[str], Any]:
+    columns, wanted = read
     where = f"{source.path}: rows {first}-{first + batch.num_rows - 1}"
     if len(wanted) == 2:
-        ids = [_id_text(v, f"{where}") for v in batch.column(1).to_pylist()]
+        ids = [_id_text(v, where) for v in arrow_texts(batch.column(1), replaced, first)]
     else:
         ids = [f"{source.name}:{first + i}" for i in range(batch.num_rows)]
     column = batch.column(0)
     if columns.values == "vectors":
         return ids, vectors_of(column, where, columns.value)
-    texts = column.to_pylist()
+    texts = arrow_texts(column, replaced, first)
     for i, text in enumerate(texts):
         check_text(text, f"{source.path}: row {first + i}", columns.value)
     return ids, texts

@@ -1,7 +1,9 @@
 """Data loaders: STS (files or the Hugging Face hub), SentEval classification, BEIR retrieval,
 parallel text, user pair and text files, and precomputed embeddings.
 
-Every user-caused problem raises :class:`DataError`.
+Every user-caused problem raises :class:`DataError`. Text that is not valid Unicode (invalid
+UTF-8, lone surrogates) is replaced with U+FFFD under one policy, with a warning that counts it
+(:mod:`demitasse.data.unicode`).
 """
 
 from demitasse.data.augment import perturb_sentence, perturb_sentences
@@ -51,6 +53,7 @@ from demitasse.data.sts import (
     load_sts_suite,
     load_stsb,
 )
+from demitasse.data.unicode import Replacements, argument_text, decode_utf8, replace_in_texts
 from demitasse.data.unlabeled import load_unlabeled
 
 __all__ = [
@@ -66,13 +69,16 @@ __all__ = [
     "LabeledTexts",
     "NLIPairs",
     "ParallelTexts",
+    "Replacements",
     "ScoredPairs",
     "Triples",
+    "argument_text",
     "canonical_sts_name",
     "check_embeddings_target",
     "check_finite",
     "check_texts",
     "concat_pairs",
+    "decode_utf8",
     "evaluation_pairs",
     "evaluation_sentences",
     "load_beir",
@@ -106,6 +112,7 @@ __all__ = [
     "read_corpus",
     "read_documents",
     "read_texts",
+    "replace_in_texts",
     "resolve_data_dir",
     "save_embeddings",
     "stsb_fit_sentences",

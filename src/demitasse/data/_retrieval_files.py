@@ -9,7 +9,8 @@
 
 Every file may be gzipped except Parquet. Ids are strings: a JSON or Parquet integer id becomes
 its decimal string, so it matches the same id in a TSV file; a string id that looks like a
-number (``"0042"``) is kept exactly as written.
+number (``"0042"``) is kept exactly as written. Invalid UTF-8 and lone surrogates in texts
+and ids become U+FFFD, with one warning per file (:mod:`demitasse.data.unicode`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from demitasse.data._tables import iter_table, table_kind
 from demitasse.data._text import GZIP_ERRORS, iter_lines, open_text, parse_json_line
+from demitasse.data.unicode import Replacements
 from demitasse.errors import DataError, one_line
 
 #: Accepted column names, first the BEIR one.
@@ -62,7 +64,8 @@ def _header(path: Path, kind: str) -> list[str]:
         except (pa.ArrowException, OSError) as exc:
             raise DataError(f"{path}: not a readable Parquet file ({one_line(exc)})") from None
     try:
-        with open_text(path) as f:
+        # A peek: the full read that follows warns about what the policy replaced.
+        with open_text(path, Replacements(str(path))) as f:
             first = next(csv.reader(f, delimiter="\t" if kind == "tsv" else ","), None)
     except (csv.Error, UnicodeDecodeError, *GZIP_ERRORS) as exc:
         raise DataError(f"{path}: cannot read the header ({one_line(exc)})") from None
@@ -107,9 +110,11 @@ def _text(value: Any, where: str, column: str, *, optional: bool = False) -> str
 # ---- documents and queries ------------------------------------------------------------------
 
 
-def _jsonl_id_texts(path: Path, with_title: bool) -> Iterator[tuple[str, str, str, str]]:
+def _jsonl_id_texts(
+    path: Path, with_title: bool, replaced: Replacements
+) -> Iterator[tuple[str, str, str, str]]:
     """``(where, id, title, text)`` of each non-blank JSON Lines record."""
-    for lineno, line in iter_lines(path):
+    for lineno, line in iter_lines(path, replaced):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
@@ -124,10 +129,18 @@ def _jsonl_id_texts(path: Path, with_title: bool) -> Iterator[tuple[str, str, st
         title = record.get("title") if with_title else None
         if title is not None and not isinstance(title, str):
             raise DataError(f"{where}: field 'title' must be a string")
-        yield where, str(record["_id"]), title or "", str(record["text"])
+        at = f"line {lineno}"
+        yield (
+            where,
+            replaced.text(str(record["_id"]), at),
+            replaced.text(title or "", at),
+            replaced.text(str(record["text"]), at),
+        )
 
 
-def _table_id_texts(path: Path, kind: str, with_title: bool) -> Iterator[tuple[str, str, str, str]]:
+def _table_id_texts(
+    path: Path, kind: str, with_title: bool, replaced: Replacements
+) -> Iterator[tuple[str, str, str, str]]:
     names = _header(path, kind)
     id_column = _pick(path, names, ID_COLUMNS, "id")
     assert id_column is not None
@@ -139,9 +152,9 @@ def _table_id_texts(path: Path, kind: str, with_title: bool) -> Iterator[tuple[s
         title = _text(values[2], located, "title", optional=True) if title_column else ""
         yield (
             located,
-            identifier(values[0], located, id_column),
-            title,
-            _text(values[1], located, "text"),
+            replaced.text(identifier(values[0], located, id_column), where),
+            replaced.text(title, where),
+            replaced.text(_text(values[1], located, "text"), where),
         )
 
 
@@ -149,11 +162,12 @@ def read_id_texts(path: Path, *, with_title: bool, what: str) -> tuple[list[str]
     """Ids and texts of a documents or queries file, in file order; a document's text is
     ``title + " " + text``, stripped, as BEIR and MTEB embed it."""
     kind = _check_kind(path)
-    rows = (
-        _jsonl_id_texts(path, with_title)
-        if kind == "jsonl"
-        else _table_id_texts(path, kind, with_title)
-    )
+    with Replacements(str(path), "record") as replaced:
+        rows = list(
+            _jsonl_id_texts(path, with_title, replaced)
+            if kind == "jsonl"
+            else _table_id_texts(path, kind, with_title, replaced)
+        )
     ids: list[str] = []
     texts: list[str] = []
     seen: dict[str, str] = {}
@@ -190,9 +204,9 @@ def _grade(value: Any, where: str) -> int:
     raise DataError(f"{where}: score {value!r} is not an integer")
 
 
-def _tsv_judgements(path: Path) -> Iterator[Judgement]:
+def _tsv_judgements(path: Path, replaced: Replacements) -> Iterator[Judgement]:
     """BEIR's qrels TSV: query-id, corpus-id, score (+ ignored columns); header optional."""
-    for lineno, line in iter_lines(path):
+    for lineno, line in iter_lines(path, replaced):
         if not line.strip():
             continue
         fields = [f.strip() for f in line.split("\t")]
@@ -211,7 +225,7 @@ def _tsv_judgements(path: Path) -> Iterator[Judgement]:
         yield Judgement(where, fields[0], fields[1], grade)
 
 
-def _table_judgements(path: Path, kind: str) -> Iterator[Judgement]:
+def _table_judgements(path: Path, kind: str, replaced: Replacements) -> Iterator[Judgement]:
     # JSON Lines have no header: the first record's names stand for it.
     names = _first_record_keys(path) if kind == "jsonl" else _header(path, kind)
     columns = [
@@ -223,14 +237,15 @@ def _table_judgements(path: Path, kind: str) -> Iterator[Judgement]:
         located = f"{path}: {where}"
         yield Judgement(
             located,
-            identifier(query_id, located, str(columns[0])),
-            identifier(doc_id, located, str(columns[1])),
+            replaced.text(identifier(query_id, located, str(columns[0])), where),
+            replaced.text(identifier(doc_id, located, str(columns[1])), where),
             _grade(grade, located),
         )
 
 
 def _first_record_keys(path: Path) -> list[str]:
-    for lineno, line in iter_lines(path):
+    # A peek: the full read that follows warns about what the policy replaced.
+    for lineno, line in iter_lines(path, Replacements(str(path))):
         if line.strip():
             record = parse_json_line(line, f"{path}:{lineno}")
             if not isinstance(record, dict):
@@ -242,7 +257,12 @@ def _first_record_keys(path: Path) -> list[str]:
 def read_judgements(path: Path) -> list[Judgement]:
     """Every qrels row of ``path`` (a repeated pair is kept; the later grade wins later)."""
     kind = _check_kind(path)
-    rows = list(_tsv_judgements(path) if kind == "tsv" else _table_judgements(path, kind))
+    with Replacements(str(path), "record") as replaced:
+        rows = list(
+            _tsv_judgements(path, replaced)
+            if kind == "tsv"
+            else _table_judgements(path, kind, replaced)
+        )
     if not rows:
         raise DataError(f"{path}: no relevance judgements")
     return rows

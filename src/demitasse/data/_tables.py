@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from demitasse.data._text import GZIP_ERRORS, iter_lines, open_text, parse_json_line
+from demitasse.data.unicode import Replacements, arrow_texts
 from demitasse.errors import DataError, one_line
 
 TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
@@ -128,14 +129,15 @@ def _parquet_rows(path: Path, columns: Sequence[str]) -> Rows:
     except (pa.ArrowException, OSError) as exc:
         raise DataError(f"{path}: not a readable Parquet file ({one_line(exc)})") from exc
     data = []
-    for c in columns:
-        try:
-            data.append(table.column(c).to_pylist())
-        except (pa.ArrowException, ValueError, OverflowError) as exc:  # e.g. a year 30000 date
-            raise DataError(
-                f"{path}: column {c!r} of type {table.column(c).type} cannot be read "
-                f"({one_line(exc)})"
-            ) from None
+    with Replacements(str(path), "row") as replaced:  # invalid UTF-8: the text policy
+        for c in columns:
+            try:
+                data.append(arrow_texts(table.column(c), replaced))
+            except (pa.ArrowException, ValueError, OverflowError) as exc:  # a year 30000 date
+                raise DataError(
+                    f"{path}: column {c!r} of type {table.column(c).type} cannot be read "
+                    f"({one_line(exc)})"
+                ) from None
     for i in range(table.num_rows):
         yield f"row {i}", [col[i] for col in data]
 

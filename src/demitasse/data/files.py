@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import numpy as np
 from demitasse.data._tables import file_stem, iter_table, table_kind
 from demitasse.data._text import iter_lines, require_file
 from demitasse.data.pairs import ScoredPairs
+from demitasse.data.unicode import Replacements, replace_in_texts
 from demitasse.errors import DataError
 
 
@@ -37,12 +39,12 @@ def _score(value: Any, path: Path, where: str, column: str) -> float:
     return score
 
 
-def _sentence(value: Any, path: Path, where: str, column: str) -> str:
+def _sentence(value: Any, path: Path, where: str, column: str, replaced: Replacements) -> str:
     if value is None:
         raise DataError(f"{path}: {where}: {column!r} is missing")
     if not isinstance(value, str):  # an object, a list or bytes is no sentence
         raise DataError(f"{path}: {where}: {column!r} is a {type(value).__name__}, not text")
-    return value
+    return replaced.text(value, where)
 
 
 def load_scored_pairs(
@@ -58,10 +60,11 @@ def load_scored_pairs(
     s1: list[str] = []
     s2: list[str] = []
     scores: list[float] = []
-    for where, (a, b, score) in iter_table(path, columns):
-        s1.append(_sentence(a, path, where, sentence1_column))
-        s2.append(_sentence(b, path, where, sentence2_column))
-        scores.append(_score(score, path, where, score_column))
+    with Replacements(str(path), "record") as replaced:
+        for where, (a, b, score) in iter_table(path, columns):
+            s1.append(_sentence(a, path, where, sentence1_column, replaced))
+            s2.append(_sentence(b, path, where, sentence2_column, replaced))
+            scores.append(_score(score, path, where, score_column))
     if not scores:
         raise DataError(f"{path}: no rows")
     return ScoredPairs(name or file_stem(path), s1, s2, np.asarray(scores))
@@ -75,34 +78,54 @@ def read_texts(
     ``.txt`` / ``.txt.gz`` hold one text per line; .jsonl(.gz), .parquet, .csv and .tsv files
     hold them in ``column``. ``aligned=True`` keeps one text per row, in order (blank rows as
     ``""``), so outputs line up with the input; a missing or non-string value is then an error
-    rather than skipped or turned into text with ``str()``.
+    rather than skipped or turned into text with ``str()``. Invalid UTF-8 and lone surrogates
+    become U+FFFD, with one warning for the file (:mod:`demitasse.data.unicode`).
     """
     if limit is not None and limit < 1:
         raise DataError(f"text limit must be a positive number, got {limit}")
     path = _nonempty_file(path)
-    if path.name.lower().removesuffix(".gz").endswith(".txt"):
-        values: Any = (line for _, line in iter_lines(path))
-    elif table_kind(path) is not None:
-        values = (value for _, (value,) in iter_table(path, [column]))
-    else:
-        raise DataError(
-            f"{path}: unsupported file type; use .txt, .txt.gz, .jsonl, .jsonl.gz, .parquet, "
-            ".csv or .tsv"
-        )
+    with Replacements(str(path), "line" if _is_text_file(path) else "record") as replaced:
+        texts = _texts_of(_values(path, column, replaced), path, limit, aligned, replaced)
+    if not any(texts):  # blank lines only (kept as "" when aligned) are no texts either
+        raise DataError(f"{path}: no text found")
+    return texts
+
+
+def _values(path: Path, column: str, replaced: Replacements) -> Iterator[tuple[str, Any]]:
+    """``(where, value)`` of each line of a text file or each row of a table's ``column``."""
+    if _is_text_file(path):
+        return ((f"line {n}", line) for n, line in iter_lines(path, replaced))
+    if table_kind(path) is not None:
+        return ((where, value) for where, (value,) in iter_table(path, [column]))
+    raise DataError(
+        f"{path}: unsupported file type; use .txt, .txt.gz, .jsonl, .jsonl.gz, .parquet, "
+        ".csv or .tsv"
+    )
+
+
+def _is_text_file(path: Path) -> bool:
+    return path.name.lower().removesuffix(".gz").endswith(".txt")
+
+
+def _texts_of(
+    values: Iterator[tuple[str, Any]],
+    path: Path,
+    limit: int | None,
+    aligned: bool,
+    replaced: Replacements,
+) -> list[str]:
     texts: list[str] = []
-    for row, value in enumerate(values):
+    for row, (where, value) in enumerate(values):
         if value is None and not aligned:
             continue
         if not isinstance(value, str):  # an object, a list or bytes is no text
             kind = "missing" if value is None else f"a {type(value).__name__}, not a string"
             raise DataError(f"{path}: row {row + 1}: the text is {kind}")
-        text = value.strip()
+        text = replaced.text(value, where).strip()
         if text or aligned:
             texts.append(text)
             if limit is not None and len(texts) >= limit:
                 break
-    if not any(texts):  # blank lines only (kept as "" when aligned) are no texts either
-        raise DataError(f"{path}: no text found")
     return texts
 
 
@@ -128,7 +151,9 @@ def read_corpus(path: str | Path, limit: int | None = None) -> list[str]:
 
 def check_texts(texts: Any, what: str = "texts") -> list[str]:
     """``texts`` as a list of strings, or a one-line DataError: a single string, a non-iterable
-    or an item that is not a string (a number, a dict, bytes) is refused, never ``str()``-ed."""
+    or an item that is not a string (a number, a dict, bytes) is refused, never ``str()``-ed.
+    Lone surrogates are replaced with U+FFFD, with one warning that counts them
+    (:mod:`demitasse.data.unicode`)."""
     if isinstance(texts, str | bytes):
         raise DataError(f"{what} must be a list of strings, not a single string")
     try:
@@ -139,4 +164,6 @@ def check_texts(texts: Any, what: str = "texts") -> list[str]:
     if bad is not None:
         kind = type(items[bad]).__name__
         raise DataError(f"{what}: item {bad} is a {kind}, not a string")
-    return items
+    # Lone surrogates (a JSON "\ud800", a string built in Python) become U+FFFD, with one
+    # warning: a tokenizer would refuse them, and no output file can hold them.
+    return replace_in_texts(items, what)

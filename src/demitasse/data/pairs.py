@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from demitasse.data.unicode import replace_in_texts
+
 
 @dataclass(frozen=True, eq=False)
 class ScoredPairs:
@@ -22,7 +24,10 @@ class ScoredPairs:
     scores: np.ndarray
 
     def __post_init__(self) -> None:
-        s1, s2 = list(self.sentences1), list(self.sentences2)
+        # Lone surrogates become U+FFFD (demitasse.data.unicode): pairs built in Python or
+        # read from a hub data set reach the encoder as every other text does.
+        s1 = replace_in_texts(list(self.sentences1), f"{self.name}: first sentences")
+        s2 = replace_in_texts(list(self.sentences2), f"{self.name}: second sentences")
         scores = np.array(self.scores, dtype=np.float64).reshape(-1)
         if not len(s1) == len(s2) == len(scores):
             raise ValueError(

@@ -9,6 +9,10 @@ integers in -128..127), ``"binary"`` (the sign bits packed eight to a byte, most
 bit first, as ``numpy.packbits``: a list of integers in 0..255, ``ceil(dimensions / 8)`` of
 them), or codebook codes such as ``"pq16"`` (a list of 16 codeword indices in 0..255). The
 model answers only for the precisions it offers (``CompressedModel.precisions``).
+
+Text that is not valid Unicode (invalid UTF-8 in the body, a ``"\ud800"`` escape in an input)
+is replaced with U+FFFD and the server logs one warning per request that counts it, as every
+reader of demitasse does (:mod:`demitasse.data.unicode`); it is never a 500.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from demitasse.compress import check_precision, make_quantizer, precision_help
+from demitasse.data.unicode import Replacements
 from demitasse.errors import DemitasseError
 
 #: OpenAI's encoding_format names → the model precision that produces them; any other value
@@ -82,13 +87,32 @@ class EmbeddingRequest:
 
 def parse_request(body: bytes, served_name: str, limits: Limits) -> EmbeddingRequest:
     """The checked request, or an :class:`ApiError` naming the field at fault."""
-    try:
-        payload = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ApiError(400, f"the request body is not valid JSON ({exc})") from None
+    replaced = Replacements("request", "input")
+    payload = _payload(body, replaced)
     if not isinstance(payload, dict):
         raise ApiError(400, "the request body must be a JSON object")
-    model = payload.get("model")
+    _check_model(payload.get("model"), served_name)
+    texts = _texts(payload.get("input"), limits, replaced)
+    request = EmbeddingRequest(texts, *_options(payload))
+    replaced.warn()  # the request is taken: say what the policy replaced in it
+    return request
+
+
+def _payload(body: bytes, replaced: Replacements) -> Any:
+    """The parsed body; UTF-8 (JSON's encoding) that is invalid is decoded under the policy."""
+    try:
+        try:
+            return json.loads(body)
+        except UnicodeDecodeError:
+            if not json.detect_encoding(body).startswith("utf-8"):
+                raise
+        text = replaced.decode(body, "the body").removeprefix("\ufeff")
+        return json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ApiError(400, f"the request body is not valid JSON ({exc})") from None
+
+
+def _check_model(model: Any, served_name: str) -> None:
     if not isinstance(model, str):
         raise ApiError(400, "'model' is required: a string", param="model")
     if model != served_name:
@@ -98,7 +122,10 @@ def parse_request(body: bytes, served_name: str, limits: Limits) -> EmbeddingReq
             param="model",
             code="model_not_found",
         )
-    texts = _texts(payload.get("input"), limits)
+
+
+def _options(payload: dict[str, Any]) -> tuple[int | None, str]:
+    """``dimensions`` and ``encoding_format``, checked."""
     encoding = payload.get("encoding_format", "float")
     if encoding is None:
         encoding = "float"
@@ -114,7 +141,7 @@ def parse_request(body: bytes, served_name: str, limits: Limits) -> EmbeddingReq
     if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
         raise ApiError(400, f"'dimensions' must be a positive integer, got {dim!r}",
                        param="dimensions")  # fmt: skip
-    return EmbeddingRequest(texts, dim, encoding)
+    return dim, encoding
 
 
 def is_encoding(encoding: Any) -> bool:
@@ -131,7 +158,7 @@ def is_encoding(encoding: Any) -> bool:
     return canonical == encoding and make_quantizer(encoding).code_dtype.kind in "iu"
 
 
-def _texts(value: Any, limits: Limits) -> list[str]:
+def _texts(value: Any, limits: Limits, replaced: Replacements) -> list[str]:
     if value is None:
         raise ApiError(400, "'input' is required: a string or a list of strings", param="input")
     texts = [value] if isinstance(value, str) else value
@@ -162,7 +189,8 @@ def _texts(value: Any, limits: Limits) -> list[str]:
                 f"{limits.max_chars}",
                 param="input",
             )
-    return texts
+    # A lone surrogate ("\ud800" in JSON) would fail the tokenizer: U+FFFD instead.
+    return [replaced.text(text, f"input {i}") for i, text in enumerate(texts)]
 
 
 def embedding_response(
