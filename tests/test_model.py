@@ -179,14 +179,14 @@ def test_damaged_or_foreign_directories(tiny_model: Path, tmp_path: Path) -> Non
             CompressedModel.load(broken)
 
 
-@pytest.mark.parametrize("version", [1, 2, 4])
+@pytest.mark.parametrize("version", [1, 2, 3, 5])
 def test_a_model_directory_of_another_format_is_refused_in_one_line(
     version: int, tmp_path: Path
 ) -> None:
     vectors = np.random.default_rng(0).standard_normal((50, 8))
     CompressedModel(compressor="pca", dim=4).fit(vectors=vectors).save(tmp_path / "m")
     config = json.loads((tmp_path / "m" / "config.json").read_text())
-    assert config["format_version"] == FORMAT_VERSION == 3
+    assert config["format_version"] == FORMAT_VERSION == 4
     config["format_version"] = version
     (tmp_path / "m" / "config.json").write_text(json.dumps(config))
     with pytest.raises(CompressorError) as caught:
@@ -194,7 +194,7 @@ def test_a_model_directory_of_another_format_is_refused_in_one_line(
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith(f"model directory {tmp_path / 'm'} was written in format {version}")
-    assert "this demitasse reads format 3" in message
+    assert "this demitasse reads format 4" in message
 
 
 def test_only_a_folder_holding_the_marker_counts_as_a_saved_model(tmp_path: Path) -> None:

@@ -557,7 +557,7 @@ CONFIG_KEYS = {
     "model": ["kind", "format_version", "demitasse_version", "encoder", "layer", "input_dim",
               "compressor", "method", "precision", "quantizer", "normalize", "batch_size",
               "backend", "output_dim", "matryoshka", "precisions", "fit", "fit.source",
-              "fit.n_samples", "rescore", "graph"],
+              "fit.n_samples", "rescore", "graph", "part_hashes"],
     "static": ["method", "version", "demitasse_version", "name", "dim", "vocabulary_size",
                "normalize", "metadata"],
 }

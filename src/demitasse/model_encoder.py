@@ -4,9 +4,12 @@ the model was fitted with.
 A :class:`~demitasse.model.CompressedModel` is given an encoder object, or names one (a
 packaged or hub name, a local directory) and loads it on first use, or has none (vectors from
 an API). Once an encoder is attached the link records what identifies it: its source, kind,
-name, width, number of layers and the content fingerprint of its files. That record is saved
-with the model, and an encoder loaded later from the same source must match it, since its
-vectors would otherwise not be the ones the compressor was fitted on.
+name, width, number of layers and the content fingerprint of its files (every file hashed in
+full, cached by stamp: :mod:`demitasse.encoders.file_hashes`). That record is saved with the
+model, and an encoder loaded later from the same source must match it, since its vectors would
+otherwise not be the ones the compressor was fitted on; a saved record without its fingerprint
+is refused as damaged (:mod:`demitasse.model_files`), so removing it cannot switch the check
+off.
 
 A model directory may carry its transformer encoder as an ONNX graph (``encoder/``, see
 :mod:`demitasse.encoders.onnx_graph`). Which runs, when the model is loaded (the rule of
@@ -78,21 +81,13 @@ class EncoderLink:
                                      f"encoders; {encoder.name} is not one")  # fmt: skip
             encoder.backend = self.backend  # type: ignore[attr-defined]
         self.loaded = encoder
-        path = getattr(encoder, "path", None)
-        # A graph encoder stands for its source: the fingerprint recorded with the graph.
-        fingerprint = getattr(encoder, "source_fingerprint", None)
-        if fingerprint is None and path is not None:
-            from demitasse.encoders.cache import fingerprint_directory
-
-            folder = Path(path)
-            fingerprint = fingerprint_directory(folder) if folder.is_dir() else None
         self.ref = {
             "source": source,
             "kind": "static" if type(encoder).__name__ == "StaticModel" else "transformer",
             "name": encoder.name,
             "dim": int(encoder.dim),
             "num_layers": int(encoder.num_layers),
-            "fingerprint": fingerprint,
+            "fingerprint": encoder_fingerprint(encoder, source),
         }
 
     def attach_loaded(self, encoder: Encoder, layer: int | None) -> None:
@@ -102,8 +97,9 @@ class EncoderLink:
         saved = dict(self.ref)
         self.attach(encoder, saved["source"], layer)
         now = self.ref
+        # A loaded model's record holds all three (model_files refuses one that does not).
         for key in ("fingerprint", "dim", "num_layers"):
-            if saved.get(key) is not None and now.get(key) != saved[key]:
+            if key in saved and now.get(key) != saved[key]:
                 raise DemitasseError(
                     f"the encoder {saved['source']} differs from the one this model was fitted "
                     f"with ({key} {now.get(key)} != {saved[key]}); refit the model"
@@ -172,6 +168,24 @@ class EncoderLink:
         depth = encoder.num_layers if layer is None else layer
         backends = ["onnx", *(["onnx-int8"] if self.backend == "onnx-int8" else [])]
         write_graph_folder(encoder, depth, backends, str(self.ref["source"]), target)
+
+
+def encoder_fingerprint(encoder: Encoder, source: str) -> str | None:
+    """The content fingerprint of ``encoder``'s files (every file in full:
+    :func:`~demitasse.encoders.cache.fingerprint_directory`): its folder's, or its source
+    directory's (a static model loaded from one); a graph encoder stands for its source, so
+    the fingerprint recorded with the graph. None: an encoder object without files."""
+    recorded = getattr(encoder, "source_fingerprint", None)
+    if recorded is not None:
+        return str(recorded)
+    path = getattr(encoder, "path", None)
+    if path is None and Path(source).is_absolute():
+        path = source
+    if path is None or not Path(path).is_dir():
+        return None
+    from demitasse.encoders.cache import fingerprint_directory
+
+    return fingerprint_directory(Path(path))
 
 
 def torch_stack_available() -> bool:

@@ -12,6 +12,17 @@ written atomically, with the marker of a finished output
 (:mod:`demitasse.io`): only a folder holding that marker counts as a model to save over. A
 directory written in another format is refused in one line naming both formats.
 
+What belongs together is checked at load (:func:`read_model_dir`): config.json records the
+content hash of each part folder (``"part_hashes"``: the sha256 of every file in it,
+:func:`~demitasse.encoders.cache.content_hash`), and a part whose files hash otherwise is
+refused in one line naming it, even with the shapes of the one it replaces; the widths must
+chain (the encoder's into the compressor, the compressor's into the quantiser, the encoder's
+into the rescoring ranges). The encoder is checked when it is loaded, against its record's
+fingerprint (:mod:`demitasse.model_encoder`). A record without the fingerprint or without the
+parts' hashes is a damaged directory, refused: removing them does not switch the checks off.
+Large files are hashed through the cache of :mod:`demitasse.encoders.file_hashes`, so a warm
+load reads their stamps, not their bytes.
+
 The fit's records are made here too: content hashes of the fit data, the fingerprint of the
 encoder's files and the hash of everything fitted (:func:`fitted_state_hash`).
 """
@@ -31,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from demitasse.compress import Compressor, Quantizer, load_compressor, load_quantizer
+from demitasse.encoders.cache import content_hash
 from demitasse.errors import DemitasseError, ParameterError, SavedStateError
 from demitasse.io import MARKER, atomic_directory, check_directory_target
 from demitasse.persistence import CONFIG_FILE, demitasse_version, read_config
@@ -41,7 +53,8 @@ if TYPE_CHECKING:
 
 MODEL_KIND = "demitasse-model"
 #: 3: every model records its rescoring settings (null when it does not rescore).
-FORMAT_VERSION = 3
+#: 4: the content hash of every part folder, and the full-content encoder fingerprint.
+FORMAT_VERSION = 4
 COMPRESSOR_DIR = "compressor"
 QUANTIZER_DIR = "quantizer"
 RESCORE_DIR = "rescore"
@@ -49,6 +62,10 @@ RESCORE_DIR = "rescore"
 GRAPH_DIR = "encoder"
 #: The kind of output the marker of a model directory names.
 OUTPUT_KIND = "model"
+#: The config.json key of the part folders' content hashes ("compressor/" → sha256).
+PART_HASHES = "part_hashes"
+#: What the encoder record of a model with an encoder must hold.
+ENCODER_RECORD = {"source": str, "kind": str, "name": str, "dim": int, "num_layers": int}
 
 #: The saved parts of a model, by the folder each is saved in (None: the model has none).
 Parts = dict[str, Compressor | Quantizer | None]
@@ -136,15 +153,21 @@ def write_model_dir(
     parts: Parts,
     graph: Callable[[Path], None] | None = None,
 ) -> Path:
-    """Write the model directory atomically: config.json, each part in its folder, and the
-    encoder's graph folder when ``graph`` is given (it writes the folder it is handed)."""
+    """Write the model directory atomically: config.json (with the content hash of each part
+    folder), each part in its folder, and the encoder's graph folder when ``graph`` is given
+    (it writes the folder it is handed)."""
     path = Path(path)
     config = {**config, "graph": None if graph is None else GRAPH_DIR}
-    text = json.dumps(config, indent=2, ensure_ascii=False, allow_nan=False)
     with atomic_directory(path, kind=OUTPUT_KIND) as tmp:
         _save_parts(tmp, parts)
         if graph is not None:
             graph(tmp / GRAPH_DIR)
+        folders = [d for d, part in parts.items() if part is not None]
+        folders += [GRAPH_DIR] if graph is not None else []
+        # Not through the cache of file hashes: these paths are about to move.
+        hashes = {f"{d}/": content_hash(tmp / d, cache=False) for d in sorted(folders)}
+        config[PART_HASHES] = hashes
+        text = json.dumps(config, indent=2, ensure_ascii=False, allow_nan=False)
         (tmp / CONFIG_FILE).write_text(text + "\n", encoding="utf-8")
     return path
 
@@ -208,10 +231,15 @@ def is_saved_compressor(path: str | Path) -> bool:
 
 
 def holds_saved_output(path: str | Path) -> bool:
-    """Whether ``path`` is a folder demitasse wrote (its marker) or one whose config.json is
-    not even JSON: loaded as a model, to say what is wrong with it, never as an encoder."""
+    """Whether ``path`` is a model or compressor folder demitasse wrote (its marker) or one
+    whose config.json is not even JSON: loaded as a model, to say what is wrong with it, never
+    as an encoder."""
     folder = Path(path)
-    if (folder / MARKER).is_file():
+    try:
+        marker = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        marker = None
+    if isinstance(marker, dict) and marker.get("kind") in (OUTPUT_KIND, "compressor"):
         return True
     config = folder / CONFIG_FILE
     if not config.is_file():
@@ -260,11 +288,9 @@ def _check_format(path: Path, config: dict[str, Any]) -> None:
 
 def _read_model(path: Path, config: dict[str, Any]) -> SavedModel:
     _check_format(path, config)
-    encoder = config.get("encoder")
-    if encoder is not None and not (
-        isinstance(encoder, dict) and isinstance(encoder.get("source"), str)
-    ):
-        raise SavedStateError(f"invalid {CONFIG_FILE} in {path}: bad 'encoder'")
+    if "encoder" not in config:
+        raise SavedStateError(f"invalid {CONFIG_FILE} in {path}: missing 'encoder'")
+    encoder = _encoder_record(path, config["encoder"])
     layer = None if config.get("layer") is None else _field(config, path, "layer", int)
     fit_info = config.get("fit")
     if not isinstance(fit_info, dict):
@@ -281,19 +307,14 @@ def _read_model(path: Path, config: dict[str, Any]) -> SavedModel:
             "normalize": _field(config, path, "normalize", bool),
             "batch_size": _field(config, path, "batch_size", int),
         },
-        encoder=None if encoder is None else dict(encoder),
+        encoder=encoder,
         layer=layer,
         backend=_field(config, path, "backend", str),
     )
     if compressor is not None and compressor.n_features_in_ != saved.input_dim:
         raise SavedStateError(f"{path}: compressor/ takes {compressor.n_features_in_} dims, "
                               f"config.json says {saved.input_dim}")  # fmt: skip
-    if config.get("quantizer"):
-        saved.quantizer = load_quantizer(path / QUANTIZER_DIR)
-        if saved.quantizer.precision != precision:
-            raise SavedStateError(f"{path}: quantizer/ does not match precision {precision}")
-    elif precision != "float32":
-        raise SavedStateError(f"{path}: precision {precision} needs quantizer/, missing")
+    _read_quantizer(saved, config, precision)
     _read_rescoring(saved, config)
     graph = config.get("graph")  # absent: written before graphs were (read as none)
     if graph is not None:
@@ -301,7 +322,77 @@ def _read_model(path: Path, config: dict[str, Any]) -> SavedModel:
             raise SavedStateError(f"{path}: config.json names the graph folder {graph!r}, "
                                   f"expected {GRAPH_DIR}/ (missing or renamed)")  # fmt: skip
         saved.graph = path / GRAPH_DIR
+    _check_part_hashes(saved, config)
     return saved
+
+
+def _encoder_record(path: Path, encoder: Any) -> dict[str, Any] | None:
+    """The checked record of the model's encoder (None: a vectors-only model): one without
+    its fingerprint is damaged, as the check of the encoder's files rests on it."""
+    if encoder is None:
+        return None
+    if not isinstance(encoder, dict) or any(
+        not isinstance(encoder.get(key), kind) or isinstance(encoder.get(key), bool)
+        for key, kind in ENCODER_RECORD.items()
+    ):
+        raise SavedStateError(f"invalid {CONFIG_FILE} in {path}: bad 'encoder'")
+    # null: an encoder object without files (nothing to hash); the loaded one must be too.
+    if not isinstance(encoder.get("fingerprint", 0), str | None):
+        raise SavedStateError(
+            f"{path}: the encoder record in {CONFIG_FILE} lacks its content fingerprint, so its "
+            "encoder cannot be checked; the directory is damaged — fit the model again"
+        )
+    return dict(encoder)
+
+
+def _read_quantizer(saved: SavedModel, config: dict[str, Any], precision: str) -> None:
+    """The quantiser of the model's codes: of its precision, taking the compressor's width."""
+    path = saved.path
+    if not config.get("quantizer"):
+        if precision != "float32":
+            raise SavedStateError(f"{path}: precision {precision} needs quantizer/, missing")
+        return
+    saved.quantizer = load_quantizer(path / QUANTIZER_DIR)
+    if saved.quantizer.precision != precision:
+        raise SavedStateError(f"{path}: quantizer/ does not match precision {precision}")
+    takes = saved.quantizer.__dict__.get("n_features_in_")
+    compressor = saved.compressor
+    width = saved.input_dim if compressor is None else int(compressor.output_dim_)
+    if takes is not None and takes != width:
+        source = "the encoder" if compressor is None else "compressor/"
+        raise SavedStateError(f"{path}: quantizer/ takes {takes} dims, {source} gives {width}; "
+                              "it does not belong to this model")  # fmt: skip
+
+
+def _check_part_hashes(saved: SavedModel, config: dict[str, Any]) -> None:
+    """Refuse a part folder whose files are not those saved with this model (their content
+    hash recorded at save), or a record of the hashes that is missing or incomplete."""
+    path = saved.path
+    folders = [
+        COMPRESSOR_DIR if saved.compressor is not None else None,
+        QUANTIZER_DIR if saved.quantizer is not None else None,
+        RESCORE_DIR if saved.rescore_quantizer is not None else None,
+        GRAPH_DIR if saved.graph is not None else None,
+    ]
+    expected = sorted(f"{folder}/" for folder in folders if folder is not None)
+    recorded = config.get(PART_HASHES)
+    if (
+        not isinstance(recorded, dict)
+        or sorted(recorded) != expected
+        or not all(isinstance(value, str) for value in recorded.values())
+    ):
+        names = ", ".join(expected) or "none"
+        raise SavedStateError(
+            f"{path}: {CONFIG_FILE} does not record the content hashes of exactly its parts "
+            f"({names}), so they cannot be checked; the directory is damaged — fit the model "
+            "again"
+        )
+    for folder in expected:
+        if content_hash(path / folder) != recorded[folder]:
+            raise SavedStateError(
+                f"{path}: {folder} does not belong to this model: its content hash differs "
+                "from the one recorded at fit"
+            )
 
 
 def _read_rescoring(saved: SavedModel, config: dict[str, Any]) -> None:

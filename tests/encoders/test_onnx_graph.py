@@ -269,8 +269,12 @@ def test_a_changed_graph_or_tokenizer_is_refused(
         copy = shutil.copytree(path, tmp_path / name)
         with (copy / "encoder" / name).open("ab") as handle:
             handle.write(b" ")
-        with pytest.raises(DemitasseError, match=f"{name} differs from the file") as error:
+        # The model directory refuses the folder (its content hash), the graph encoder the file.
+        with pytest.raises(DemitasseError, match="encoder/ does not belong to this model") as error:
             encoder_vectors(CompressedModel.load(copy, cache=False, backend="onnx"), TEXTS)
+        assert "\n" not in str(error.value)
+        with pytest.raises(DemitasseError, match=f"{name} differs from the file") as error:
+            OnnxGraphEncoder(copy / "encoder", backend="onnx", cache=False)
         assert "\n" not in str(error.value)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,10 +21,12 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
+from demitasse.encoders.file_hashes import file_sha256s
 from demitasse.io import atomic_path
 
 HASH_BYTES = 16
-#: The folder beside a local model that holds the ONNX graphs exported from it.
+#: The folder beside a local model that holds the ONNX graphs exported from it (hidden: not
+#: part of the model's :func:`content_hash`).
 ONNX_CACHE_DIR = ".demitasse-onnx"
 logger = logging.getLogger(__name__)
 
@@ -32,23 +35,39 @@ def text_hash(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=HASH_BYTES).digest()
 
 
-def fingerprint_directory(path: Path) -> str:
-    """A cheap identity for a model directory: small files whole, large files by size and ends."""
+def content_files(path: Path) -> list[Path]:
+    """The files a folder's content hash covers, sorted: every file under ``path`` except
+    hidden ones (a name starting with ``.`` at any depth: demitasse's output marker, the
+    ONNX graphs cached beside a local model in ``.demitasse-onnx/``, a hub's ``.cache/``,
+    ``.gitattributes``), which say nothing about what the folder computes. Links are
+    followed (a hub snapshot links to its blobs), each folder once; a broken link is no file."""
+    found, seen = [], set()
+    for root, dirs, files in os.walk(path, followlinks=True):
+        folder = Path(root).stat()
+        if (folder.st_dev, folder.st_ino) in seen:  # a link back up: walked already
+            dirs[:] = []
+            continue
+        seen.add((folder.st_dev, folder.st_ino))
+        dirs[:] = [name for name in dirs if not name.startswith(".")]
+        named = (Path(root, name) for name in files if not name.startswith("."))
+        found += [file for file in named if file.is_file()]
+    return sorted(found, key=lambda file: file.relative_to(path).as_posix())
+
+
+def content_hash(path: Path, *, cache: bool = True) -> str:
+    """The sha256 of a folder's content: each file of :func:`content_files` by its relative
+    path and the sha256 of all its bytes (:func:`file_sha256s`, through its cache unless
+    ``cache`` is False)."""
+    files = content_files(path)
     digest = hashlib.sha256()
-    files = (p for p in path.rglob("*") if p.is_file())
-    # The ONNX graphs demitasse caches beside a model are derived from it, not part of it.
-    for file in sorted(p for p in files if p.relative_to(path).parts[0] != ONNX_CACHE_DIR):
-        digest.update(str(file.relative_to(path)).encode())
-        size = file.stat().st_size
-        digest.update(size.to_bytes(8, "little"))
-        with file.open("rb") as handle:
-            if size <= 4 << 20:
-                digest.update(handle.read())
-            else:
-                digest.update(handle.read(1 << 20))
-                handle.seek(size - (1 << 20))
-                digest.update(handle.read())
-    return digest.hexdigest()[:20]
+    for file, sha in zip(files, file_sha256s(files, cache=cache), strict=True):
+        digest.update(f"{file.relative_to(path).as_posix()}\0{sha}\n".encode())
+    return digest.hexdigest()
+
+
+def fingerprint_directory(path: Path) -> str:
+    """A model directory's identity: its :func:`content_hash` (every file in full), short."""
+    return content_hash(path)[:20]
 
 
 class EmbeddingCache:

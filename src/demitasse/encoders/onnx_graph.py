@@ -16,7 +16,8 @@ A graph folder (``encoder/`` of a model directory, written by
 :class:`OnnxGraphEncoder` tokenizes as the transformer encoder does, runs the graph in batches
 of texts of similar length (longest first) and L2-normalises in numpy when the source model
 normalises. A file whose sha256 differs from the record is refused: the graph is the encoder,
-so its hash stands where the source's fingerprint stood.
+so its hash stands where the source's fingerprint stood (hashed in full, cached by the file's
+stamp: :mod:`demitasse.encoders.file_hashes`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from tqdm.auto import tqdm
 from demitasse.data import check_texts
 from demitasse.encoders.base import check_backend, check_batch_size
 from demitasse.encoders.cache import EmbeddingCache, encode_through
+from demitasse.encoders.file_hashes import file_sha256
 from demitasse.encoders.resolve import cache_root
 from demitasse.errors import DemitasseError
 from demitasse.io import read_json
@@ -48,14 +50,6 @@ GRAPH_FILES = {"onnx": "model.onnx", "onnx-int8": "model_qint8.onnx"}
 PROGRESS_MIN_TEXTS = 2048
 #: Intra-op threads set by :func:`set_threads` (None: see :func:`intra_op_threads`).
 _threads_override: int | None = None
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def set_threads(threads: int | None) -> None:
