@@ -45,7 +45,7 @@ def test_sigterm_lets_the_request_in_flight_finish(model_dir: Path) -> None:
         head = b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
         conn.sendall(head % len(body) + body[:5])
         deadline = time.monotonic() + 30
-        while get(base, "/health")[1]["in_flight"] < 1:
+        while get(base, "/health")[1]["receiving"] < 1:  # its body is arriving
             assert time.monotonic() < deadline
             time.sleep(0.02)
         process.send_signal(signal.SIGTERM)

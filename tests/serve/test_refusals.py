@@ -3,9 +3,9 @@ own exception; nothing a request holds yields a 500 or stops the server."""
 
 from __future__ import annotations
 
-import json
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -70,23 +70,24 @@ def test_a_body_without_content_length_is_counted_as_it_arrives(url: str) -> Non
     assert reply.startswith("HTTP/1.1 413"), reply
 
 
-def test_more_concurrent_requests_than_allowed_is_a_429(url: str) -> None:
-    port = int(url.split(":")[2].split("/")[0])
-    body = json.dumps({"input": ["a dog"], "model": "tiny"}).encode()
-    head = (f"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
-    # Two requests held in flight: their headers sent, their bodies not yet.
-    held = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(2)]
-    for conn in held:
-        conn.sendall(head + body[:5])
-    _wait_for_in_flight(url, 2)
-    with pytest.raises(openai.RateLimitError) as caught:
-        client(url).embeddings.create(input=["a cat"], model="tiny")
-    assert caught.value.status_code == 429
-    for conn in held:  # the held ones finish normally
-        conn.sendall(body[5:])
-        assert conn.recv(65536).decode().startswith("HTTP/1.1 200")
-        conn.close()
+def test_more_concurrent_requests_than_allowed_is_a_429(model: CompressedModel) -> None:
+    # Two requests in flight, long enough to be seen there: a few thousand texts each, on the
+    # encoder thread one after the other. A request counts once its body has arrived.
+    texts = [" ".join(sentences(8, seed=i)) for i in range(2000)]
+    with running(model, limits=Limits(max_concurrent=2)) as url, ThreadPoolExecutor(2) as pool:
+        held = [
+            pool.submit(post, url, "/embeddings", {"input": texts, "model": "tiny"})
+            for _ in range(2)
+        ]
+        _wait_for_in_flight(url, 2)
+        with pytest.raises(openai.RateLimitError) as caught:
+            client(url).embeddings.create(input=["a cat"], model="tiny")
+        assert caught.value.status_code == 429
+        assert caught.value.body["code"] == "rate_limit_exceeded"
+        for future in held:  # the held ones finish normally
+            status, reply = future.result()
+            assert status == 200 and len(reply["data"]) == len(texts)
+        assert client(url).embeddings.create(input=["a cat"], model="tiny").data
 
 
 def _wait_for_in_flight(url: str, count: int) -> None:

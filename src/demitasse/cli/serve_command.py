@@ -13,6 +13,7 @@ from demitasse.cli.arguments import (
     add_backend_argument,
     non_negative_float,
     non_negative_int,
+    positive_float,
     positive_int,
 )
 from demitasse.errors import DemitasseError
@@ -26,7 +27,7 @@ def add_serve_parser(commands: Any) -> None:  # argparse's subparsers action
         help="serve a model over HTTP: OpenAI's /v1/embeddings, with dynamic batching",
         description="Serve one model (a model directory, or an encoder name or directory at "
         "full width) in OpenAI's embeddings wire format. Stop it with SIGTERM or Ctrl-C: the "
-        "requests in flight are answered first.",
+        "requests in flight are answered first (within --grace seconds; 503 for the rest).",
     )
     serve.add_argument("model", help="model directory, or encoder name / directory")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
@@ -39,13 +40,7 @@ def add_serve_parser(commands: Any) -> None:  # argparse's subparsers action
         default=None,
         help=f"require 'Authorization: Bearer KEY' (or set ${API_KEY_VARIABLE})",
     )
-    limits = serve.add_argument_group("limits (over one: 400, 413 or 429)")
-    limits.add_argument("--max-inputs", type=positive_int, default=16384, help="per request")
-    limits.add_argument("--max-chars", type=positive_int, default=32768, help="per input")
-    limits.add_argument("--max-body-bytes", type=positive_int, default=8 * 1024 * 1024)
-    limits.add_argument(
-        "--max-concurrent", type=positive_int, default=64, help="requests in flight at once"
-    )
+    _add_limit_arguments(serve)
     batching = serve.add_argument_group("dynamic batching")
     batching.add_argument(
         "--max-batch", type=positive_int, default=128, help="texts per encoder call"
@@ -67,6 +62,31 @@ def add_serve_parser(commands: Any) -> None:  # argparse's subparsers action
     )
     add_backend_argument(serve)
     serve.add_argument("--quiet", action="store_true", help="no log line per request")
+
+
+def _add_limit_arguments(serve: argparse.ArgumentParser) -> None:
+    limits = serve.add_argument_group("limits (over one: 400, 408, 413 or 429)")
+    limits.add_argument("--max-inputs", type=positive_int, default=16384, help="per request")
+    limits.add_argument("--max-chars", type=positive_int, default=32768, help="per input")
+    limits.add_argument("--max-body-bytes", type=positive_int, default=8 * 1024 * 1024)
+    limits.add_argument(
+        "--max-concurrent",
+        type=positive_int,
+        default=64,
+        help="requests in flight at once (counted once their body has arrived)",
+    )
+    limits.add_argument(
+        "--body-timeout",
+        type=positive_float,
+        default=10.0,
+        help="seconds a request's headers, then its body, may take to arrive (then 408)",
+    )
+    limits.add_argument(
+        "--grace",
+        type=non_negative_int,
+        default=30,
+        help="seconds SIGTERM waits for the requests in flight; the rest get a 503",
+    )
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -96,6 +116,7 @@ def run_serve(args: argparse.Namespace) -> int:
         max_batch=args.max_batch,
         batch_wait_ms=args.batch_wait_ms,
         batching=not args.no_batching,
+        body_timeout_s=args.body_timeout,
     )
     log = logging.getLogger("demitasse.serve")
     log.setLevel(logging.WARNING if args.quiet else logging.INFO)
@@ -109,7 +130,7 @@ def run_serve(args: argparse.Namespace) -> int:
         url = f"http://{host if ':' not in host else f'[{host}]'}:{port}/v1"
         print(f"serving {settings.name!r} ({model!r}) at {url}", file=sys.stdout, flush=True)
 
-    serve(model, settings, sock, on_ready=ready)
+    serve(model, settings, sock, shutdown_timeout_s=args.grace, on_ready=ready)
     return 0
 
 

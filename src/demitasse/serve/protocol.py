@@ -26,7 +26,7 @@ import numpy as np
 
 from demitasse.compress import check_precision, make_quantizer, precision_help
 from demitasse.data.unicode import Replacements
-from demitasse.errors import DemitasseError
+from demitasse.errors import DemitasseError, one_line
 
 #: OpenAI's encoding_format names → the model precision that produces them; any other value
 #: is a precision with integer codes, named as the quantiser registry names it.
@@ -108,8 +108,8 @@ def _payload(body: bytes, replaced: Replacements) -> Any:
                 raise
         text = replaced.decode(body, "the body").removeprefix("\ufeff")
         return json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ApiError(400, f"the request body is not valid JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:  # also an integer of > 4300 digits
+        raise ApiError(400, f"the request body is not valid JSON ({one_line(exc)})") from None
 
 
 def _check_model(model: Any, served_name: str) -> None:

@@ -1,12 +1,18 @@
 """Load the model to serve, bind the socket, run uvicorn until SIGTERM or Ctrl-C.
 
 On SIGTERM (or SIGINT) uvicorn stops accepting connections, lets the requests in flight finish
-(up to ``shutdown_timeout_s``), and only then does the application stop its encoder thread.
+(up to ``shutdown_timeout_s``, the grace period), and only then does the application stop its
+encoder thread; what is still unanswered then gets a 503 and the log counts it.
+
+uvicorn drops a keep-alive connection idle between requests, but not one that never finishes
+its request's headers: :func:`deadline_protocol` adds that deadline (a 408, then closed).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import logging
 import signal
 import socket
@@ -17,9 +23,13 @@ from typing import Any
 
 from demitasse.errors import DemitasseError
 from demitasse.model import CompressedModel, open_model
-from demitasse.serve.app import ServeSettings, create_app
+from demitasse.serve.app import ServerCounters, ServeSettings, create_app
+from demitasse.serve.protocol import ApiError
 
 logger = logging.getLogger(__name__)
+
+#: Seconds a keep-alive connection may stay idle between requests (uvicorn's default).
+KEEP_ALIVE_S = 5
 
 
 def load_served_model(source: str | Path, *, backend: str | None = None) -> CompressedModel:
@@ -82,12 +92,14 @@ def serve(
     ``on_ready(server)`` runs once the socket is listening."""
     import uvicorn
 
+    app = create_app(model, settings)
     config = uvicorn.Config(
-        create_app(model, settings),
+        app,
         log_config=None,  # demitasse's logging, with request ids, not uvicorn's access log
         access_log=False,
         timeout_graceful_shutdown=shutdown_timeout_s,
-        http="h11",
+        timeout_keep_alive=KEEP_ALIVE_S,
+        http=deadline_protocol(settings.body_timeout_s, app.counters),
         loop="asyncio",
         lifespan="on",
     )
@@ -107,11 +119,84 @@ def serve(
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    if stopped_by:
+    _log_stop(stopped_by, app.counters.cut, shutdown_timeout_s)
+
+
+def _log_stop(stopped_by: list[int], cut: int, grace_s: int) -> None:
+    """How the server stopped; "answered" only when no request was cut."""
+    how = f"stopped on {signal.Signals(stopped_by[0]).name}" if stopped_by else "stopped"
+    if cut:
+        requests = "request" if cut == 1 else "requests"
         logger.warning(
-            "stopped on %s; the requests in flight were answered",
-            signal.Signals(stopped_by[0]).name,
-        )
+            "%s; %d %s cut at the end of the grace period (%d s), answered 503",
+            how, cut, requests, grace_s,
+        )  # fmt: skip
+    elif stopped_by:
+        logger.warning("%s; every request in flight was answered", how)
+
+
+def deadline_protocol(header_timeout_s: float, counters: ServerCounters) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol, with a deadline on what waits for the client and for no one
+    else: a connection opened, or a request started, whose headers are not complete within
+    ``header_timeout_s`` gets a 408 (nothing, if it sent nothing) and is closed; so is one
+    still sending a body after its answer went out (a refusal that did not read it)."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class DeadlineProtocol(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)  # type: ignore[arg-type]
+            self._deadline = self.loop.call_later(header_timeout_s, self._expired)
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if not self._waiting_on_client():
+                self._disarm()
+            elif self._deadline is None:
+                self._deadline = self.loop.call_later(header_timeout_s, self._expired)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _waiting_on_client(self) -> bool:
+            theirs, ours = self.conn.their_state, self.conn.our_state
+            return theirs is h11.IDLE or (theirs is h11.SEND_BODY and ours is h11.DONE)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _expired(self) -> None:
+            self._deadline = None
+            if self.transport.is_closing() or not self._waiting_on_client():
+                return
+            if self.conn.their_state is h11.IDLE and self.conn.trailing_data[0]:
+                counters.timed_out += 1
+                client = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
+                logger.info("%s sent no complete request headers within %g s: 408, closed",
+                            client, header_timeout_s)  # fmt: skip
+                self.transport.write(_headers_timeout_response(header_timeout_s))
+            self.transport.close()
+
+    return DeadlineProtocol
+
+
+def _headers_timeout_response(timeout_s: float) -> bytes:
+    error = ApiError(
+        408,
+        f"the request headers did not arrive within {timeout_s:g} s",
+        code="request_timeout",
+    )
+    body = json.dumps(error.body()).encode()
+    head = (
+        "HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode() + body
 
 
 def _call_when_started(server: Any, on_ready: Callable[[Any], None]) -> None:
