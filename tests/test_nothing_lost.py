@@ -349,7 +349,7 @@ def test_4_huge_values_are_refused_and_large_ones_fit_finite(
             assert all(np.isfinite(a).all() for a in load_file(state).values()), state
         out = tmp_path / "codes.npy"
         assert main(["transform", str(model), "--input", str(tmp_path / "large.npy"),
-                     "--out", str(out)]) == 0  # fmt: skip
+                     "--out", str(out), "--overwrite"]) == 0  # fmt: skip
         assert np.isfinite(np.load(out)).all()
 
 

@@ -4,19 +4,24 @@ Every file and folder demitasse writes goes through here:
 
 - A file is written to a temporary sibling and renamed over the target, so an interrupted run
   leaves the previous file or the new one, never half of one. Only a regular file (or nothing)
-  is replaced: a folder, a symbolic link or a device under the target name is refused.
+  is replaced: a folder, a symbolic link or a device under the target name is refused. A
+  command's file output (:func:`check_new_file`) is never one of its inputs, nor inside one,
+  and replaces an existing file only when the user says so (``--overwrite``).
 - A folder output is built in a temporary sibling and swapped in. It replaces only an empty
-  folder or a complete earlier demitasse output of the same kind: such outputs carry a marker
-  file written last (:data:`MARKER`). Anything else under that name is refused with one line,
-  and nothing is touched.
+  folder or an earlier output of the same kind whose every file demitasse wrote there, as its
+  marker (:data:`MARKER`, written last) lists them with sizes and SHA-256: else one line names
+  the first other file (the user's notes, a forged marker's folder, a changed file), before
+  the work and again just before the swap, and nothing is touched.
 - The swap (old aside, new in, old deleted) runs with SIGINT, SIGTERM and SIGHUP deferred, so
   an interruption takes effect before the swap (the old output stays) or after it (the new one
   is complete). :func:`handle_termination` makes SIGTERM and SIGHUP interrupt like Ctrl-C, so
   temporary files are removed on every one of them.
-- Temporary names are short (a hash of the target name), so any valid target name works, and
-  results get the permissions a plain ``open``/``mkdir`` would give (umask respected).
-- An error raised while an output is written (a full disk, a library's complaint) names the
-  user's target, never the hidden temporary it was being written to.
+- Temporaries are named ``.dt-<hash of the target name>-<pid>-<machine>-…`` (any valid target
+  name works). The next run on a target removes what killed runs (``kill -9``) left beside it
+  once their process is gone, and puts back an output a killed swap had moved aside. Results
+  get the permissions a plain ``open``/``mkdir`` would give (umask respected).
+- An error raised while an output is written (a full disk, a library's complaint, a folder
+  that cannot be written to) names the user's target, never the hidden temporary.
 """
 
 from __future__ import annotations
@@ -29,18 +34,30 @@ import os
 import re
 import shutil
 import signal
+import socket
 import stat
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from demitasse.errors import DemitasseError
 
-#: Written last into every folder output: ``{"kind": ..., "complete": true}``.
+#: Written last into every folder output: ``{"kind", "complete": true, "files": {name: [size,
+#: sha256]}, "links": {name: target}, "folders": [name, ...]}``, names relative with ``/``.
 MARKER = ".demitasse-output.json"
 _HELD_SIGNALS: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: A leftover temporary of another machine (a shared disk), or of a version that named no
+#: process, is removed only once nothing in it changed for this long.
+STALE_SECONDS = 24 * 3600
+_MACHINE = hashlib.sha1(socket.gethostname().encode("utf-8", "surrogatepass")).hexdigest()[:8]
+#: Temporaries this process is writing now (another thread's are not leftovers).
+_WRITING: set[str] = set()
+#: SHA-256 of files already read, by (device, inode, size, mtime, ctime): a folder checked
+#: before the work and again before the swap is read once.
+_DIGESTS: dict[tuple[int, ...], str] = {}
 
 
 class Interrupted(KeyboardInterrupt):
@@ -127,6 +144,7 @@ def remove_temporaries(*paths: Path | None) -> None:
                 for path in paths:
                     if path is None:
                         continue
+                    _WRITING.discard(str(path))
                     if path.is_dir() and not path.is_symlink():
                         shutil.rmtree(path, ignore_errors=True)
                     else:
@@ -144,64 +162,168 @@ def _umask() -> int:
     return umask
 
 
-def _temporary_prefix(target: Path) -> str:
+# ---- temporaries: whose they are, and what killed runs left --------------------------------
+
+
+def _target_tag(target: Path) -> str:
     # A hash of the name, not the name: a 250-byte target name must still leave room.
     return ".dt-" + hashlib.sha1(target.name.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+
+
+def _temporary_prefix(target: Path) -> str:
+    """``.dt-<name hash>-<pid>-<machine>-``: the target and the run a temporary belongs to."""
+    return f"{_target_tag(target)}-{os.getpid()}-{_MACHINE}-"
+
+
+def _is_stale(path: Path, rest: str) -> bool:
+    """Whether the temporary ``path`` (``rest``: its name after the target's tag) is a killed
+    run's: its process is gone, or it is another machine's or unnamed and long untouched."""
+    named = re.fullmatch(r"-(\d+)-([0-9a-f]{8})-.+\.(?:tmp|old)", rest, re.DOTALL)
+    if named is None and re.fullmatch(r"[a-z0-9_]{8}.*\.(?:tmp|old)", rest, re.DOTALL) is None:
+        return False  # not a temporary's name
+    if named is not None and named[2] == _MACHINE:
+        pid = int(named[1])
+        if pid == os.getpid():
+            return str(path) not in _WRITING
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, OverflowError):
+            return True  # no such process
+        except OSError:
+            pass  # PermissionError: it runs, as another user
+        return False
+    try:  # when anything in it (a file, or a folder and all it holds) last changed
+        changed = [path.lstat().st_mtime] + [
+            (Path(top) / name).lstat().st_mtime
+            for top, folders, files in os.walk(path)
+            for name in folders + files
+        ]
+    except OSError:
+        return False
+    return time.time() - max(changed) > STALE_SECONDS
+
+
+def clear_leftovers(target: str | Path) -> None:
+    """Remove the temporaries that killed runs (``kill -9``, a power cut) left beside
+    ``target``, those of runs still going left alone; an earlier output that a swap killed
+    midway had moved aside is put back first."""
+    target = Path(target)
+    tag = _target_tag(target)
+    try:
+        with os.scandir(target.parent) as entries:
+            names = sorted(e.name for e in entries if e.name.startswith(tag))
+    except OSError:
+        return
+    stale = [target.parent / n for n in names if _is_stale(target.parent / n, n[len(tag) :])]
+    # Only from a swap killed midway, its new output beside: else it may be half deleted.
+    runs = {p.name.rsplit("-", 1)[0] for p in stale if p.suffix == ".tmp" and p.name.count("-") > 1}
+    aside = [p for p in stale if p.suffix == ".old" and p.name.rsplit("-", 1)[0] in runs]
+    if aside and not os.path.lexists(target):
+        with signals_held(), contextlib.suppress(OSError):
+            aside[-1].replace(target)
+            stale.remove(aside[-1])
+    if stale:
+        remove_temporaries(*stale)
+
+
+@contextlib.contextmanager
+def _named_after(target: Path) -> Iterator[None]:
+    """Errors raised in the block name ``target`` where they named one of its hidden
+    temporaries: those mean nothing to the user, and are gone by the time they read it."""
+    tag = _target_tag(target)
+    hidden = re.compile(re.escape(tag) + r"(?:-\d+-[0-9a-f]{8}-)?\w{8}(?:\.\w+)*?\.(?:tmp|old)")
+
+    def renamed(value: object) -> object:
+        return hidden.sub(lambda _: target.name, value) if isinstance(value, str) else value
+
+    try:
+        yield
+    except Exception as exc:
+        if any(isinstance(arg, str) and tag in arg for arg in exc.args):
+            with contextlib.suppress(AttributeError, TypeError):
+                exc.args = tuple(renamed(arg) for arg in exc.args)
+        for attribute in ("filename", "filename2") if isinstance(exc, OSError) else ():
+            value = getattr(exc, attribute, None)
+            if isinstance(value, str | os.PathLike):
+                setattr(exc, attribute, renamed(os.fspath(value)))
+        raise
+
+
+def _temporary(target: Path, suffix: str, folder: bool) -> Path:
+    """A new temporary file or folder beside ``target``, noted as being written. Called with
+    signals held, and assigned before they are let through: else nobody would remove it."""
+    maker = tempfile.mkdtemp if folder else tempfile.mkstemp
+    made = maker(dir=target.parent, prefix=_temporary_prefix(target), suffix=suffix)
+    if isinstance(made, tuple):
+        os.close(made[0])
+        made = made[1]
+    _WRITING.add(made)
+    return Path(made)
+
+
+# ---- files -----------------------------------------------------------------------------------
 
 
 def check_file_target(target: str | Path) -> Path:
     """``target`` as a Path, or a one-line error if something other than a file is there."""
     target = Path(target)
+    if not target.name:
+        raise DemitasseError(f"{target} is not a file name")
+    clear_leftovers(target)
     if target.is_symlink():
         raise DemitasseError(f"refusing to replace {target}: it is a symbolic link")
     if target.exists() and not stat.S_ISREG(target.stat().st_mode):
         what = "a directory" if target.is_dir() else "not a regular file"
         raise DemitasseError(f"refusing to write {target}: it is {what}")
-    if not target.name:
-        raise DemitasseError(f"{target} is not a file name")
     return target
 
 
-def _name_target(exc: BaseException, tmp: Path, target: Path) -> None:
-    """Rewrite ``exc`` in place so that it names ``target`` where it named ``tmp``: the hidden
-    temporary means nothing to the user, and is gone by the time they read the message."""
-    old, new = str(tmp), str(target)
+def _same_or_inside(target: Path, given: Path) -> bool:
+    """Whether ``target`` is the file ``given`` (a hard link too) or lies in the folder."""
+    try:
+        if target.exists() and given.exists() and target.samefile(given):
+            return True
+        where, source = target.resolve(), given.resolve()
+    except (OSError, RuntimeError, ValueError):
+        return False
+    return where == source or (source.is_dir() and where.is_relative_to(source))
 
-    def renamed(value: object) -> object:
-        return value.replace(old, new) if isinstance(value, str) else value
 
-    if any(isinstance(arg, str) and old in arg for arg in exc.args):
-        with contextlib.suppress(AttributeError, TypeError):
-            exc.args = tuple(renamed(arg) for arg in exc.args)
-    if isinstance(exc, OSError):
-        for attribute in ("filename", "filename2"):
-            value = getattr(exc, attribute, None)
-            if isinstance(value, str | os.PathLike):
-                setattr(exc, attribute, renamed(os.fspath(value)))
+def check_new_file(
+    target: str | Path, *, overwrite: bool, inputs: Iterable[str | Path | None] = ()
+) -> Path:
+    """``target`` as a Path if a command's file output may be written there, else one line:
+    never one of the command's ``inputs`` (files or folders, a file in one neither), and an
+    existing file only with ``overwrite`` (the ``--overwrite`` flag)."""
+    target = check_file_target(target)
+    for given in inputs:
+        if given is not None and _same_or_inside(target, Path(given)):
+            where = "is inside" if Path(given).is_dir() else "is"
+            raise DemitasseError(f"refusing to write {target}: it {where} the input {given}; "
+                                 "choose another output name")  # fmt: skip
+    if target.exists() and not overwrite:
+        raise DemitasseError(
+            f"refusing to replace {target}: the file exists; pass --overwrite to replace it"
+        )
+    return target
 
 
 @contextlib.contextmanager
 def atomic_path(target: str | Path, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path beside ``target``; on success it replaces ``target``."""
     target = check_file_target(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp: Path | None = None
     try:
-        with signals_held():  # a signal now would leave a temporary file nobody removes
-            fd, tmp_name = tempfile.mkstemp(
-                dir=target.parent, prefix=_temporary_prefix(target), suffix=suffix + ".tmp"
-            )
-            os.close(fd)
-            tmp = Path(tmp_name)
-        try:
+        with _named_after(target):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with signals_held():
+                tmp = _temporary(target, suffix + ".tmp", folder=False)
             yield tmp
-        except Exception as exc:
-            _name_target(exc, tmp, target)
-            raise
-        tmp.chmod(0o666 & ~_umask())  # mkstemp makes 0600 files
-        with signals_held():
-            tmp.replace(target)
-            tmp = None
+            tmp.chmod(0o666 & ~_umask())  # mkstemp makes 0600 files
+            with signals_held():
+                tmp.replace(target)
+                _WRITING.discard(str(tmp))
+                tmp = None
     finally:
         remove_temporaries(tmp)
 
@@ -268,15 +390,127 @@ def read_json(path: str | Path) -> Any:
     return value
 
 
-def holds_output(path: Path, kind: str) -> bool:
-    """Whether ``path`` holds a complete demitasse output of ``kind`` (its marker says so)."""
+# ---- folders: the marker, and what it lets a new output replace ------------------------------
+
+
+def _digest(path: Path, info: os.stat_result) -> str:
+    key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    if key not in _DIGESTS:
+        if len(_DIGESTS) > 1 << 17:  # a long run (checkpoints): what it read long ago goes
+            _DIGESTS.clear()
+        with path.open("rb") as f:
+            _DIGESTS[key] = hashlib.file_digest(f, "sha256").hexdigest()
+    return _DIGESTS[key]
+
+
+def _entries(folder: Path) -> list[os.DirEntry[str]]:
+    with os.scandir(folder) as entries:
+        return sorted(entries, key=lambda entry: entry.name)
+
+
+def _listing(root: Path, prefix: str = "", listing: dict[str, Any] | None = None) -> dict:
+    """What the marker lists: every file (size, SHA-256), link and folder under ``root``."""
+    listing = listing or {"files": {}, "links": {}, "folders": []}
+    for entry in _entries(root):
+        name, path = prefix + entry.name, Path(entry.path)
+        if entry.is_symlink():
+            listing["links"][name] = str(path.readlink())
+        elif entry.is_dir():
+            listing["folders"].append(name)
+            _listing(path, name + "/", listing)
+        elif name != MARKER:
+            info = entry.stat(follow_symlinks=False)
+            listing["files"][name] = [info.st_size, _digest(path, info)]
+    return listing
+
+
+def _write_marker(root: Path, kind: str) -> None:
+    marker = {"kind": kind, "complete": True, **_listing(root)}
+    # ASCII escapes: a name that is not UTF-8 (kept as surrogates) goes through as well.
+    (root / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="ascii")
+
+
+def _read_marker(folder: Path) -> dict[str, Any] | None:
+    """The marker of a complete output in ``folder``, or None (none, unreadable, damaged)."""
     try:
-        marker = read_json(path / MARKER)
+        marker = json.loads((folder / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(marker, dict) or marker.get("complete") is not True:
+        return None
+    for key, kind in (("files", dict), ("links", dict), ("folders", list)):
+        if not isinstance(marker.setdefault(key, kind()), kind):
+            return None
+    marker["folders"] = {name for name in marker["folders"] if isinstance(name, str)}
+    return marker
+
+
+def _foreign(root: Path, marker: dict[str, Any], prefix: str = "", read: bool = True) -> Any:
+    """The first entry under ``root`` that ``marker`` does not list as written there just as
+    it is now (None: every one is; without ``read``, sizes only). A folder holding a marker of
+    its own that lists all it holds (a report written into an evaluation's) is demitasse's."""
+    for entry in _entries(root):
+        name, path = prefix + entry.name, Path(entry.path)
+        if entry.is_symlink():
+            if marker["links"].get(name) != str(path.readlink()):
+                return path
+        elif entry.is_dir(follow_symlinks=False):
+            listed = name in marker["folders"]
+            found = _foreign(path, marker, name + "/", read) if listed else path
+            inner = _read_marker(path) if found is not None else None
+            if found is not None and (inner is None or _foreign(path, inner, "", read)):
+                return found
+        elif not (name == MARKER or _written(path, entry, marker["files"].get(name), read)):
+            return path
+    return None
+
+
+def _written(path: Path, entry: os.DirEntry[str], listed: Any, read: bool) -> bool:
+    """Whether the regular file at ``path`` is the one listed: its size, then its SHA-256."""
+    if not entry.is_file(follow_symlinks=False) or not isinstance(listed, list | tuple):
         return False
-    return (
-        isinstance(marker, dict) and marker.get("kind") == kind and marker.get("complete") is True
-    )
+    info = entry.stat(follow_symlinks=False)
+    same_size = len(listed) == 2 and listed[0] == info.st_size
+    return same_size and (not read or listed[1] == _digest(path, info))
+
+
+def _why_not_replaceable(target: Path, kind: str) -> str | None:
+    """None if the existing folder ``target`` may be replaced by a ``kind`` output, else why."""
+    if not any(target.iterdir()):
+        return None
+    marker = _read_marker(target)
+    if marker is None or marker.get("kind") != kind:
+        return f"it holds files that are not a demitasse {kind}"
+    # Sizes first: a file of the user's is found without reading a gigabyte of weights.
+    found = _foreign(target, marker, read=False) or _foreign(target, marker)
+    if found is None:
+        return None
+    name = found.relative_to(target).as_posix()
+    if any(name in marker[key] for key in ("files", "links", "folders")):
+        return f"{found} changed since demitasse wrote it"
+    earlier = "" if marker["files"] else " (its marker lists none: an earlier demitasse's?)"
+    return f"{found} is not a file demitasse wrote there{earlier}"
+
+
+def _check_directory(target: Path, kind: str, recognise: Callable[[Path], bool] | None) -> None:
+    if target.is_symlink():
+        raise DemitasseError(f"refusing to replace {target}: it is a symbolic link")
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise DemitasseError(f"refusing to replace {target}: it is a file, not a folder")
+    with contextlib.suppress(OSError, ValueError, RecursionError, DemitasseError):
+        if recognise is not None and recognise(target):
+            return
+    try:
+        why = _why_not_replaceable(target, kind)
+    except OSError as exc:
+        why = f"it cannot be checked ({exc.strerror or exc})"
+    if why is not None:
+        raise DemitasseError(
+            f"refusing to replace {target}: {why}; move your files out, or choose a new or "
+            "empty folder"
+        )
 
 
 def check_directory_target(
@@ -284,28 +518,14 @@ def check_directory_target(
 ) -> Path:
     """``target`` as a Path if a ``kind`` output may be written there, else a one-line error.
 
-    Allowed: nothing there, an empty folder, a complete earlier output of the same kind (its
-    marker says so), or a folder ``recognise`` knows to be demitasse's own (its cache).
+    Allowed: nothing there, an empty folder, an earlier output of the same kind whose every
+    file its marker lists as written there (unchanged), or a folder ``recognise`` knows to be
+    demitasse's own (its cache). What killed runs left beside it is removed first.
     """
     target = Path(target)
-    if target.is_symlink():
-        raise DemitasseError(f"refusing to replace {target}: it is a symbolic link")
-    if not target.exists():
-        return target
-    if not target.is_dir():
-        raise DemitasseError(f"refusing to replace {target}: it is a file, not a folder")
-    if not any(target.iterdir()) or holds_output(target, kind):
-        return target
-    if recognise is not None:
-        try:
-            if recognise(target):
-                return target
-        except (OSError, ValueError, RecursionError, DemitasseError):
-            pass
-    raise DemitasseError(
-        f"refusing to replace {target}: it holds files that are not a demitasse {kind}; "
-        "choose a new or empty folder"
-    )
+    clear_leftovers(target)
+    _check_directory(target, kind, recognise)
+    return target
 
 
 @contextlib.contextmanager
@@ -317,38 +537,42 @@ def atomic_directory(
     The marker is written last, so a folder that lacks it was never completed.
     """
     target = check_directory_target(target, kind, recognise)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    prefix = _temporary_prefix(target)
     tmp: Path | None = None
     old: Path | None = None
     try:
-        with signals_held():  # a signal now would leave a temporary folder nobody removes
-            tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=prefix, suffix=".tmp"))
-        try:
+        with _named_after(target):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with signals_held():
+                tmp = _temporary(target, ".tmp", folder=True)
             yield tmp
-        except Exception as exc:
-            _name_target(exc, tmp, target)
-            raise
-        _open_permissions(tmp)
-        (tmp / MARKER).write_text(strict_json({"kind": kind, "complete": True}) + "\n")
-        with signals_held():  # the old output goes in the same held block: no gap to cut
-            if target.exists():
-                old = Path(tempfile.mkdtemp(dir=target.parent, prefix=prefix, suffix=".old"))
-                old.rmdir()
-                target.replace(old)
-            try:
-                tmp.replace(target)
-            except OSError:
-                if old is not None:  # the user's output goes back where it was
-                    old.replace(target)
-                    old = None
-                raise
-            tmp = None
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
+            _open_permissions(tmp)
+            _write_marker(tmp, kind)
+            _check_directory(target, kind, recognise)  # nothing of the user's came meanwhile
+            with signals_held():  # the old output goes in the same held block: no gap to cut
+                old = _swap(tmp, target)
+                tmp = None
+                remove_temporaries(old)
                 old = None
     finally:
         remove_temporaries(tmp, old)
+
+
+def _swap(tmp: Path, target: Path) -> Path | None:
+    """Move ``target`` aside (returned) and ``tmp`` in; on failure the old one goes back."""
+    old = None
+    if target.exists():
+        old = _temporary(target, ".old", folder=True)
+        old.rmdir()
+        target.replace(old)
+    try:
+        tmp.replace(target)
+    except OSError:
+        if old is not None:  # the user's output goes back where it was
+            old.replace(target)
+            _WRITING.discard(str(old))
+        raise
+    _WRITING.discard(str(tmp))
+    return old
 
 
 def _open_permissions(root: Path) -> None:

@@ -97,3 +97,11 @@ def add_backend_argument(parser: argparse.ArgumentParser, *, saved: bool = True)
         help=f"what runs the transformer: torch, ONNX Runtime float32 (onnx) or with int8 "
         f"weights (onnx-int8); ONNX graphs are exported once and cached (default: {default})",
     )
+
+
+def add_overwrite_argument(parser: argparse.ArgumentParser) -> None:
+    """``--overwrite`` for a command that writes one file: without it an existing file under
+    ``--out`` is refused (every such command, one rule)."""
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace --out if the file exists (it is never one of the "
+                        "command's inputs)")  # fmt: skip

@@ -13,6 +13,7 @@ import numpy as np
 
 from demitasse.cli.arguments import (
     add_backend_argument,
+    add_overwrite_argument,
     compressor_help_text,
     positive_int,
     precision_help_text,
@@ -135,6 +136,7 @@ def _add_export_parser(commands: Any) -> None:
 
 def _output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help=".npy or .parquet file to write")
+    add_overwrite_argument(parser)
     parser.add_argument(
         "--dim", type=positive_int, default=None, help="output width (default: full)"
     )
@@ -300,7 +302,8 @@ def run_encode(args: argparse.Namespace) -> int:
     from demitasse.data import check_embeddings_target, read_texts
     from demitasse.model import open_model
 
-    check_embeddings_target(args.out)  # a refused output name must not cost an encoding run
+    # A refused output name must not cost an encoding run.
+    check_embeddings_target(args.out, overwrite=args.overwrite, inputs=(args.input, args.model))
     model = open_model(args.model, cache=False, backend=args.backend)
     model.bytes_per_vector(args.dim, args.precision)  # bad dim / precision: fail before work
     texts = read_texts(args.input, column=args.text_column, aligned=True)
@@ -314,7 +317,7 @@ def run_transform(args: argparse.Namespace) -> int:
     from demitasse.data import check_embeddings_target, load_embeddings
     from demitasse.model import open_model
 
-    check_embeddings_target(args.out)
+    check_embeddings_target(args.out, overwrite=args.overwrite, inputs=(args.input, args.model))
     model = open_model(args.model, cache=False)
     model.bytes_per_vector(args.dim, args.precision)
     vectors = load_embeddings(args.input, column=args.vector_column)
@@ -338,7 +341,8 @@ def _write(model: CompressedModel, codes: Any, args: argparse.Namespace) -> int:
         "backend": model.settings.backend,
         "fit": model.fit_info,
     }
-    save_embeddings(args.out, codes, metadata={"demitasse": json.dumps(provenance)})
+    metadata = {"demitasse": json.dumps(provenance)}
+    save_embeddings(args.out, codes, metadata=metadata, overwrite=args.overwrite)
     what = "float32 vectors" if codes.dtype == np.float32 else f"{precision} codes"
     shape = " × ".join(map(str, codes.shape))
     print(f"wrote {shape} {what} to {args.out}")

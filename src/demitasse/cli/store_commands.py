@@ -76,6 +76,7 @@ def run_index(args: argparse.Namespace) -> int:
     from demitasse.store import LanceStore
 
     store = LanceStore(args.db, args.table)
+    store.check_writable()  # a folder that is no demitasse database: refused before any work
     ids, texts = _read_documents(args)
     model = open_model(args.model, cache=False)
     added = store.add(
@@ -112,18 +113,31 @@ def run_search(args: argparse.Namespace) -> int:
     from demitasse.model import open_model
     from demitasse.store import LanceStore
 
+    queries = _queries(args.query)
     store = LanceStore(args.db, args.table)
     store.provenance()  # a missing table fails before the model loads
     model = open_model(args.model, cache=False)
-    results = store.search(model, args.query, args.k, rescore_factor=args.rescore,
+    results = store.search(model, queries, args.k, rescore_factor=args.rescore,
                            with_text=True)  # fmt: skip
-    for query, hits in zip(args.query, results, strict=True):
+    for query, hits in zip(queries, results, strict=True):
         if args.json:
             print(json.dumps({"query": query, "hits": [_as_dict(h) for h in hits]},
                              ensure_ascii=False))  # fmt: skip
         else:
             _print_hits(query, hits)
     return 0
+
+
+def _queries(values: list[str]) -> list[str]:
+    """The ``--query`` values under the Unicode policy: invalid UTF-8 bytes (which reach
+    Python as surrogate escapes) become U+FFFD, with one warning, as in files."""
+    from demitasse.data import Replacements
+
+    empty = next((i for i, value in enumerate(values) if not value.strip()), None)
+    if empty is not None:  # as the server refuses an empty input
+        raise DataError(f"--query {empty + 1} is empty: a query needs some text")
+    with Replacements("--query", "query") as replaced:
+        return [replaced.argument(value, f"query {i + 1}") for i, value in enumerate(values)]
 
 
 def _as_dict(hit: Hit) -> dict[str, Any]:

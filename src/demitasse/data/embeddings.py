@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from tokenize import TokenError
 
@@ -132,10 +133,13 @@ def check_finite(
             raise DataError(f"{name} contain NaN or inf (first at row {row})")
 
 
-def check_embeddings_target(path: str | Path) -> Path:
+def check_embeddings_target(
+    path: str | Path, *, overwrite: bool = True, inputs: Iterable[str | Path | None] = ()
+) -> Path:
     """``path`` as a Path if :func:`save_embeddings` may write there, else a one-line error:
-    checked before any work, so a bad output name never costs an encoding run."""
-    from demitasse.io import check_file_target
+    checked before any work, so a bad output name never costs an encoding run. Never one of
+    ``inputs`` (nor inside one); an existing file only with ``overwrite``."""
+    from demitasse.io import check_new_file
 
     path = Path(path)
     suffix = path.suffix.lower()
@@ -143,7 +147,7 @@ def check_embeddings_target(path: str | Path) -> Path:
         raise DataError(f"{path}: unsupported output type; use .npy or .parquet")
     if path.is_dir() and not path.is_symlink():
         raise DataError(f"{path} is a directory; give a file name ending in {suffix}")
-    return check_file_target(path)
+    return check_new_file(path, overwrite=overwrite, inputs=inputs)
 
 
 def save_embeddings(
@@ -152,16 +156,18 @@ def save_embeddings(
     *,
     column: str = "embedding",
     metadata: dict[str, str] | None = None,
+    overwrite: bool = True,
 ) -> Path:
     """Write ``vectors`` (float32, int8 codes or packed bits) to ``.npy`` or ``.parquet``,
     atomically: an interrupted write leaves the previous file, never half of one.
 
     Parquet holds one fixed-size list per row in ``column`` (the dtype kept) and ``metadata``
-    (e.g. the model's provenance) in the file's key-value metadata.
+    (e.g. the model's provenance) in the file's key-value metadata. An existing file is
+    replaced only with ``overwrite``.
     """
     from demitasse.io import atomic_npy, atomic_path
 
-    path = check_embeddings_target(path)
+    path = check_embeddings_target(path, overwrite=overwrite)
     if path.suffix.lower() == ".npy":
         with atomic_npy(path, vectors.shape, vectors.dtype.str) as out:
             out[:] = vectors

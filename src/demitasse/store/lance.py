@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 
 from demitasse.data import check_texts
 from demitasse.errors import DataError, DemitasseError, one_line
+from demitasse.io import atomic_write_json
 from demitasse.pipeline import RescoreStore, search_prepared
 from demitasse.provenance import ProvenanceError, check_provenance
 from demitasse.search import QuantizedIndex, check_k, rescore_depth
@@ -62,6 +63,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_TABLE = "documents"
+#: Written into a database folder when ``index`` creates it: tables go only into a folder that
+#: is new, empty, or a database demitasse created (earlier ones: holding only its tables).
+DATABASE_MARKER = ".demitasse-database.json"
 #: Extra documents the first-stage query of binary codes fetches beyond its depth, to see
 #: every document tied with the last candidate.
 TIE_MARGIN = 64
@@ -122,6 +126,25 @@ class LanceStore:
 
     def exists(self) -> bool:
         return self.db.is_dir() and self.table in _table_names(self._connect())
+
+    def check_writable(self) -> None:
+        """Refuse, in one line, to write into a folder that is not a database demitasse
+        created: a model directory, or the user's files, are no place for a LanceDB table."""
+        if not self.db.is_dir() or (self.db / DATABASE_MARKER).is_file():
+            return
+        for entry in sorted(self.db.iterdir()):
+            if not (entry.is_dir() and not entry.is_symlink() and entry.suffix == ".lance"):
+                break
+            try:  # a table of an earlier demitasse, which wrote no marker
+                read_layout(self._connect().open_table(entry.stem).schema, self.where)
+            except (OSError, ValueError, RuntimeError, DemitasseError):
+                break
+        else:
+            return
+        raise DataError(
+            f"refusing to write a LanceDB table into {self.db}: it holds {entry.name!r}, which "
+            "is not from a database demitasse created; choose a new or empty folder"
+        )
 
     def _open(self, *, fresh: bool = False) -> tuple[Any, Layout]:
         if self._opened is not None and not fresh:
@@ -188,7 +211,11 @@ class LanceStore:
         batch_size = check_k(batch_size)
         if model.recipe.encoder is None:
             raise DataError("a vectors-only model has no encoder to turn texts into vectors")
+        self.check_writable()
         connection = self._connect()
+        if not (self.db / DATABASE_MARKER).is_file():
+            created_by = {"kind": "LanceDB database", "created by": "demitasse index"}
+            atomic_write_json(self.db / DATABASE_MARKER, created_by)
         created = not self.exists()
         if created:
             layout = layout_for(model, dim, precision, with_text=store_text)
