@@ -102,3 +102,14 @@ def test_the_state_hash_is_computed_in_memory(
         vectors=_vectors(seed=3)
     )
     assert other.state_hash() != model.state_hash()  # other data, other fitted state
+
+
+def test_a_width_that_cannot_exist_is_refused_not_capped() -> None:
+    """#49: ``fit --dim 1000`` on 384-d vectors, or PCA to 16 dims fitted on 2 vectors, was a
+    silent cap or arbitrary directions; each is now a one-line error before any fitting."""
+    with pytest.raises(DemitasseError, match="dim 40 exceeds the 16 dimensions"):
+        CompressedModel(compressor="pca", dim=40).fit(vectors=_vectors(100, 16))
+    with pytest.raises(DemitasseError, match="needs at least 8 vectors; got 2"):
+        CompressedModel(compressor="pca", dim=8).fit(vectors=_vectors(2, 16))
+    # Truncation learns nothing from the data: two vectors are enough to record the width.
+    assert CompressedModel(compressor="truncate", dim=8).fit(vectors=_vectors(2, 16)).is_fitted

@@ -46,6 +46,7 @@ from demitasse.errors import (
 )
 from demitasse.model_checks import (
     check_dim,
+    check_fit_width,
     check_offered_precision,
     check_settings,
     check_text_list,
@@ -91,9 +92,6 @@ __all__ = [
     "is_model_dir",
     "open_model",
 ]
-
-#: An encoder opened as a model is fitted on this text alone (nothing to learn).
-_PLAIN_ENCODER_TEXT = "demitasse uses this encoder as it is"
 
 
 class CompressedModel:
@@ -306,6 +304,7 @@ class CompressedModel:
         if self.compressor is not None:
             if self._auto_params is not None and self._auto_params[0] is self.compressor:
                 self.compressor.set_params(**resolve_auto(self._auto_params[1], X.shape[1]))
+            check_fit_width(self.compressor, X)
             self.compressor.fit(X, fit_data=data_label, **supervision)
         self._input_dim = int(X.shape[1])
         self.quantizer = None
@@ -594,6 +593,7 @@ def open_model(
         return CompressedModel.load(source, cache=cache, backend=backend)
     model = CompressedModel(str(source), cache=cache, backend=backend)
     try:
-        return model.fit([_PLAIN_ENCODER_TEXT], data_label="none: the encoder as published")
+        # Fitted on one text: without a compressor there is nothing to learn.
+        return model.fit(["an encoder as it is"], data_label="none: the encoder as published")
     except ModelNotFoundError as exc:
         raise ModelNotFoundError(f"no saved model at {source}, and {exc}") from None

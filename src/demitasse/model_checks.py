@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from demitasse.arrays import check_finite
-from demitasse.compress import Quantizer, check_precision
+from demitasse.compress import Compressor, Quantizer, check_precision
 from demitasse.compress.vocabulary import accepts_width
 from demitasse.data import check_texts
 from demitasse.encoders.base import check_batch_size
@@ -27,6 +27,24 @@ def check_settings(layer: Any, batch_size: Any) -> None:
     if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int) or layer < 1):
         raise DemitasseError(f"layer must be a positive integer, got {layer!r}")
     check_batch_size(batch_size)
+
+
+def check_fit_width(compressor: Compressor, vectors: np.ndarray) -> None:
+    """The width ``compressor`` is asked for must exist: at most the vectors' own width, and,
+    for a compressor that learns from the data, at most as many as there are fit vectors
+    (beyond, its directions are arbitrary). A one-line error, not a silent cap."""
+    dim = compressor.dim
+    if dim is None:
+        return
+    n, width = vectors.shape
+    if dim > width:
+        raise ParameterError(
+            f"dim {dim} exceeds the {width} dimensions of the vectors it is fitted on"
+        )
+    if compressor.learns_from_data and dim > n:
+        raise ParameterError(
+            f"fitting {compressor.method} to {dim} dimensions needs at least {dim} vectors; got {n}"
+        )
 
 
 def check_offered_precision(precision: Any, precisions: list[str]) -> str:

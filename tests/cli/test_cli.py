@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from demitasse.cli import main
-from demitasse.io import MARKER
+from demitasse.io import atomic_directory
 from tests.helpers import build_tiny_model
 
 
@@ -99,9 +99,9 @@ def test_a_failed_run_leaves_previous_results_intact(
     tiny_model: Path, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"  # an earlier run's folder: results.json, report/ and the marker
-    (out / "report").mkdir(parents=True)
-    (out / "results.json").write_text("[]\n")
-    (out / MARKER).write_text(json.dumps({"kind": "evaluation results", "complete": True}))
+    with atomic_directory(out, kind="evaluation results") as earlier:
+        (earlier / "report").mkdir()
+        (earlier / "results.json").write_text("[]\n")
     _fails_cleanly(
         capsys,
         ["eval", "--model", "no-such-model-xyz", "--data-dir", str(data_dir), "--out", str(out)],
@@ -182,7 +182,7 @@ def test_fit_and_transform_user_vectors(tmp_path: Path, capsys: pytest.CaptureFi
     capsys.readouterr()
     # Asking for more than was fitted fails before the output is touched.
     out.write_bytes(b"previous")
-    _fails_cleanly(capsys, [*argv, "--dim", "16", "--out", str(out)], "16")
+    _fails_cleanly(capsys, [*argv, "--dim", "16", "--out", str(out), "--overwrite"], "16")
     assert out.read_bytes() == b"previous"
 
 
@@ -247,11 +247,18 @@ def test_eval_real_model_int8_on_a_slice(data_dir: Path, tmp_path: Path) -> None
 def test_warnings_print_as_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     vectors = tmp_path / "v.npy"
     np.save(vectors, np.random.default_rng(0).normal(size=(40, 6)).astype(np.float32))
+    # A width beyond the vectors' is refused (#49), in one line.
     code = main(["fit", "--compressor", "pca", "--dim", "16", "--vectors", str(vectors),
+                 "--out", str(tmp_path / "pca")])  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "demitasse: error: dim 16 exceeds the 6 dimensions of the vectors it is fitted on"
+    # ABTT removes 2 directions of the 6: 5 dims are not there, and a warning says so.
+    code = main(["fit", "--compressor", "pca:abtt=2", "--dim", "5", "--vectors", str(vectors),
                  "--out", str(tmp_path / "pca")])  # fmt: skip
     assert code == 0
     warning_lines = [ln for ln in capsys.readouterr().err.splitlines() if "warning" in ln]
     assert warning_lines == [
-        "demitasse: warning: PCA(dim=16): dim=16 exceeds the 6 outputs available from 6 input "
-        "features; using 6"
+        "demitasse: warning: PCA(dim=5, abtt=2): dim=5 exceeds the 4 outputs available from 6 "
+        "input features; using 4"
     ]

@@ -421,6 +421,7 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("index", ["{missing}", "--input", "{texts}", "--db", "{new}/db"], "missing"),
     ("search", ["{text_model}", "--db", "{new}/db"], "--query"),
     ("search", ["{text_model}", "--db", "{new}/db", "--query", "x"], "no table 'documents'"),
+    ("search", ["{text_model}", "--db", "{new}/db", "--query", " "], "--query 1 is empty"),
     ("search", ["{text_model}", "--db", "{notes}", "--query", "x"], "not a directory"),
     ("search", ["{text_model}", "--db", "{root}", "--table", "", "--query", "x"], "table name"),
     # embed, recompress (more in tests/bulk)
@@ -478,7 +479,9 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("workspace")
     tiny = build_tiny_model(root / "tiny")
     rng = np.random.default_rng(0)
-    (root / "texts.txt").write_text("a man plays the guitar\na dog is running\nthe cat sits\n")
+    (root / "texts.txt").write_text(
+        "a man plays the guitar\na dog is running\nthe cat sits\na girl eats\nthe boy reads\n"
+    )
     (root / "pairs.csv").write_text("sentence1,sentence2,score\na man,a dog,1\nthe cat,a cat,4\n")
     (root / "empty.txt").write_text("\n\n")
     (root / "notes.txt").write_text("mine")
