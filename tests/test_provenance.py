@@ -83,3 +83,24 @@ def test_stored_text_round_trips_and_garbage_is_refused() -> None:
         read_provenance(b"\xff{", "x")
     with pytest.raises(DemitasseError, match="not a JSON object"):
         read_provenance("[1]", "x")
+
+
+def test_the_backend_is_recorded_and_int8_weights_are_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """#50: an index built with torch and queried with onnx-int8 is flagged (a warning: the same
+    model, slightly other vectors); torch and onnx (float32 weights) are the same vectors; a
+    store written before the backend was recorded is compared as before."""
+    from demitasse.provenance import check_provenance
+
+    def record(backend: str | None) -> dict:
+        encoder = {"name": "m", "kind": "transformer", "dim": 8, "fingerprint": "f"}
+        if backend is not None:
+            encoder["backend"] = backend
+        return {"encoder": encoder, "layer": None, "method": "pca", "dim": 4}
+
+    check_provenance(record("torch"), record("onnx"), "t")
+    check_provenance(record(None), record("onnx-int8"), "t")
+    assert "int8" not in caplog.text
+    check_provenance(record("torch"), record("onnx-int8"), "the table")
+    assert "the table holds vectors of an encoder run with float32 weights" in caplog.text

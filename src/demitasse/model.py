@@ -54,7 +54,7 @@ from demitasse.model_checks import (
     check_width,
     is_text_list,
 )
-from demitasse.model_encoder import IDENTITY, EncoderLink, load_backend
+from demitasse.model_encoder import EncoderLink, encoder_identity, load_backend
 from demitasse.model_files import (
     check_model_target,
     fit_record,
@@ -503,7 +503,7 @@ class CompressedModel:
         version. Stores of vectors keep it and compare it (:mod:`demitasse.provenance`)."""
         dim, precision = self._check_request(dim, precision)
         ref = self._encoder_identity()
-        encoder = None if ref is None else {key: ref.get(key) for key in IDENTITY}
+        encoder = None if ref is None else encoder_identity(ref, self.settings.backend)
         return provenance_record(self.recipe, self.state_hash(), encoder, dim, precision)
 
     def state_hash(self) -> str:

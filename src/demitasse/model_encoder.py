@@ -48,6 +48,12 @@ TORCH_STACK = ("torch", "transformers", "sentence_transformers")
 IDENTITY = ("name", "kind", "dim", "fingerprint")
 
 
+def encoder_identity(ref: dict[str, Any], backend: str) -> dict[str, Any]:
+    """What provenance keeps of an encoder: its identity and the backend that ran it (int8
+    weights change its vectors a little; :mod:`demitasse.provenance` warns on a mismatch)."""
+    return {**{key: ref.get(key) for key in IDENTITY}, "backend": backend}
+
+
 class EncoderLink:
     """The encoder of a model (loaded, named, or none), the record of what it is, and the
     backend a transformer encoder runs on."""

@@ -11,12 +11,19 @@ builds the record; this module compares records and refuses a mismatch.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from demitasse.errors import DemitasseError
 
 #: Keys whose difference does not change a single vector: informative only.
 INFORMATIVE_KEYS = frozenset({"demitasse_version", "model_path"})
+#: The backend that ran the encoder: torch and onnx give the same vectors (float32 weights),
+#: onnx-int8 slightly others. A mismatch of those is warned about, not refused: the vectors are
+#: close (see docs/backends.md), and a store written before the backend was recorded has none.
+BACKEND_KEY = "encoder.backend"
+
+logger = logging.getLogger(__name__)
 
 
 class ProvenanceError(DemitasseError):
@@ -31,14 +38,33 @@ def provenance_differences(stored: dict[str, Any], current: dict[str, Any]) -> l
             continue
         old, new = stored.get(key), current.get(key)
         if isinstance(old, dict) and isinstance(new, dict):
-            differences.extend(f"{key}.{sub}" for sub in provenance_differences(old, new))
+            found = (f"{key}.{sub}" for sub in provenance_differences(old, new))
+            differences.extend(d for d in found if d != BACKEND_KEY)
         elif old != new:
             differences.append(key)
     return differences
 
 
+def _weights(record: dict[str, Any]) -> str | None:
+    """``"int8"`` or ``"float32"``: the weights of the backend that ran the encoder (None:
+    not recorded)."""
+    encoder = record.get("encoder")
+    backend = encoder.get("backend") if isinstance(encoder, dict) else None
+    if backend is None:
+        return None
+    return "int8" if backend == "onnx-int8" else "float32"
+
+
 def check_provenance(stored: dict[str, Any], current: dict[str, Any], where: str) -> None:
-    """Raise a one-line :class:`ProvenanceError` if ``where`` holds another model's vectors."""
+    """Raise a one-line :class:`ProvenanceError` if ``where`` holds another model's vectors;
+    warn if the same model's encoder ran with int8 weights on one side only."""
+    weights = (_weights(stored), _weights(current))
+    if None not in weights and weights[0] != weights[1]:
+        logger.warning(
+            "%s holds vectors of an encoder run with %s weights, these come from %s weights "
+            "(backend %s): the same model, slightly other vectors",
+            where, weights[0], weights[1], _value(current, BACKEND_KEY),
+        )  # fmt: skip
     differences = provenance_differences(stored, current)
     if not differences:
         return
