@@ -35,7 +35,7 @@ from starlette.requests import ClientDisconnect
 
 from demitasse.errors import DemitasseError, single_line
 from demitasse.model import CompressedModel
-from demitasse.serve.batching import Encoded, EncoderWorker
+from demitasse.serve.batching import Encoded, EncoderWorker, check_encoding
 from demitasse.serve.protocol import ApiError, Limits, embedding_response, parse_request
 
 logger = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ async def _embed(
 ) -> Response:
     parsed = parse_request(body, settings.name, settings.limits)
     try:  # a width or precision the model lacks: refused before any encoding
-        model.bytes_per_vector(parsed.dim, parsed.precision)
+        check_encoding(model, parsed.dim, parsed.precision)
     except DemitasseError as exc:
         param = "dimensions" if "dim" in str(exc) else "encoding_format"
         raise ApiError(400, str(exc), param=param) from None

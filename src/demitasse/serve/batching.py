@@ -28,7 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from demitasse.errors import DemitasseError
 from demitasse.model import CompressedModel, encoder_vectors
+from demitasse.serve.protocol import RESCORE_ENCODING
 
 logger = logging.getLogger(__name__)
 
@@ -162,9 +164,7 @@ class EncoderWorker:
         for job in jobs:
             end = start + len(job.texts)
             try:
-                codes = self.model.transform(
-                    vectors[start:end], dim=job.dim, precision=job.precision, normalize=True
-                )
+                codes = encoded_as(self.model, vectors[start:end], job.dim, job.precision)
                 job.future.set_result((codes, sum(tokens[start:end])))
             except Exception as exc:
                 job.future.set_exception(exc)
@@ -195,6 +195,27 @@ class EncoderWorker:
         for group, part in zip(groups, parts, strict=True):
             vectors[group] = part
         return vectors
+
+
+def check_encoding(model: CompressedModel, dim: int | None, precision: str) -> None:
+    """A one-line error for a width or an encoding the model cannot give: ``rescore`` needs a
+    model that rescores (and keeps the encoder's full width), any other a precision it offers."""
+    if precision != RESCORE_ENCODING:
+        model.bytes_per_vector(dim, precision)
+    elif model.stages().rescore_store is None:
+        raise DemitasseError("encoding_format 'rescore': this model does not rescore")
+    elif dim is not None:
+        raise DemitasseError("'dimensions' does not apply to 'rescore': it keeps the full output")
+
+
+def encoded_as(model: CompressedModel, vectors: np.ndarray, dim: int | None, precision: str) -> Any:
+    """The encoder's ``vectors`` as a request asked: the model's codes or normalised floats at
+    ``dim``, or (``rescore``) what a document keeps for the model's rescoring."""
+    if precision == RESCORE_ENCODING:
+        store = model.stages().rescore_store
+        assert store is not None  # checked before the request was queued
+        return store.keep(vectors)
+    return model.transform(vectors, dim=dim, precision=precision, normalize=True)
 
 
 def length_groups(tokens: Sequence[int], pass_cost: float) -> list[list[int]]:

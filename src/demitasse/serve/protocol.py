@@ -31,6 +31,9 @@ from demitasse.errors import DemitasseError, one_line
 #: OpenAI's encoding_format names → the model precision that produces them; any other value
 #: is a precision with integer codes, named as the quantiser registry names it.
 FLOAT_ENCODINGS = {"float": "float32", "base64": "float32"}
+#: The encoding_format of what a document keeps for a model's rescoring (int8 codes, or float32,
+#: of the encoder's normalised full output): what a vector database stores beside the codes.
+RESCORE_ENCODING = "rescore"
 
 
 class ApiError(Exception):
@@ -133,8 +136,8 @@ def _options(payload: dict[str, Any]) -> tuple[int | None, str]:
         shown = repr(encoding)[:60]
         raise ApiError(
             400,
-            f"'encoding_format' must be {' or '.join(FLOAT_ENCODINGS)}, or a precision of "
-            f"integer codes ({precision_help()}), got {shown}",
+            f"'encoding_format' must be {' or '.join(FLOAT_ENCODINGS)}, a precision of integer "
+            f"codes ({precision_help()}) or {RESCORE_ENCODING!r}, got {shown}",
             param="encoding_format",
         )
     dim = payload.get("dimensions")
@@ -149,7 +152,7 @@ def is_encoding(encoding: Any) -> bool:
     of a precision whose codes are integers (float32 vectors go as float or base64)."""
     if not isinstance(encoding, str):
         return False
-    if encoding in FLOAT_ENCODINGS:
+    if encoding in FLOAT_ENCODINGS or encoding == RESCORE_ENCODING:
         return True
     try:
         canonical = check_precision(encoding)
