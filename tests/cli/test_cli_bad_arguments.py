@@ -66,6 +66,7 @@ VALID = {
     "search": ["{text_model}", "--db", "{new}/db", "--query", "a cat"],
     "embed": ["{text_model}", "--input", "{texts}", "--out", "{new}/codes"],
     "recompress": ["{vector_model}", "--input", "{vectors}", "--out", "{new}/codes"],
+    "cache": [],
 }
 
 # (command, arguments, a piece of the one-line message)
@@ -419,6 +420,16 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("index", ["{text_model}", "--input", "{vectors}", "--db", "{new}/db"], "unsupported file"),
     ("index", ["{text_model}", "--input", "{texts}", "--db", "{notes}"], "not a directory"),
     ("index", ["{missing}", "--input", "{texts}", "--db", "{new}/db"], "missing"),
+    (
+        "index",
+        ["{text_model}", "--input", "{texts}", "--db", "{new}/db", "--vectors", "{missing}.npy"],
+        "missing.npy: file not found",
+    ),
+    (
+        "index",
+        ["{text_model}", "--input", "{texts}", "--db", "{new}/db", "--vectors", "{narrow}"],
+        "vectors 3 wide, but",
+    ),
     ("search", ["{text_model}", "--db", "{new}/db"], "--query"),
     ("search", ["{text_model}", "--db", "{new}/db", "--query", "x"], "no table 'documents'"),
     ("search", ["{text_model}", "--db", "{new}/db", "--query", " "], "--query 1 is empty"),
@@ -431,6 +442,8 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("embed", ["{text_model}", "--input", "{texts}", "--out", "{notes}"], "not a directory"),
     ("embed", ["{text_model}", "--input", "{texts}", "--out", "{victim}"], "holds no demitasse"),
     ("recompress", ["{vector_model}", "--input", "{vectors}", "--out", "{new}/c"], "unsupported"),
+    # cache
+    ("cache", ["now"], "unrecognized arguments"),
 ]
 
 NUMBER_TYPES = {

@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TextIO
 
+from demitasse.cli.cache_command import add_cache_parser, run_cache
 from demitasse.cli.embed_command import add_bulk_parsers, run_bulk_command
 from demitasse.cli.eval_command import (
     add_demo_parser,
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_distill_static_parser(commands)
     add_serve_parser(commands)
     add_store_commands(commands)
+    add_cache_parser(commands)
     add_demo_parser(commands)
     return parser
 
@@ -152,6 +154,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             "serve": run_serve,
             "index": run_index,
             "search": run_search,
+            "cache": run_cache,
         }
         return runners[args.command](args)
     except DemitasseError as exc:

@@ -304,7 +304,7 @@ def run_encode(args: argparse.Namespace) -> int:
 
     # A refused output name must not cost an encoding run.
     check_embeddings_target(args.out, overwrite=args.overwrite, inputs=(args.input, args.model))
-    model = open_model(args.model, cache=False, backend=args.backend)
+    model = open_model(args.model, backend=args.backend)  # through the embedding cache
     model.bytes_per_vector(args.dim, args.precision)  # bad dim / precision: fail before work
     texts = read_texts(args.input, column=args.text_column, aligned=True)
     if args.batch_size is not None:

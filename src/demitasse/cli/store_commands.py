@@ -53,6 +53,12 @@ def add_store_commands(commands: Any) -> None:  # argparse's subparsers action
     index.add_argument("--batch-size", type=positive_int, default=1024,
                        help="texts encoded and streamed to LanceDB at a time (all of them are "
                        "committed at once)")  # fmt: skip
+    index.add_argument("--vectors", default=None,
+                       help="the encoder's vectors of the documents, computed already "
+                       "(.npy or .parquet, a row per document of --input, in its order): "
+                       "not encoded again")  # fmt: skip
+    index.add_argument("--vector-column", default="embedding",
+                       help="--vectors .parquet: the list column of vectors")  # fmt: skip
 
     search = commands.add_parser(
         "search",
@@ -78,7 +84,8 @@ def run_index(args: argparse.Namespace) -> int:
     store = LanceStore(args.db, args.table)
     store.check_writable()  # a folder that is no demitasse database: refused before any work
     ids, texts = _read_documents(args)
-    model = open_model(args.model, cache=False)
+    model = open_model(args.model)  # through the embedding cache
+    vectors = None if args.vectors is None else _given_vectors(args, model, len(ids))
     added = store.add(
         model,
         ids,
@@ -88,6 +95,7 @@ def run_index(args: argparse.Namespace) -> int:
         store_text=not args.no_text,
         skip_existing=args.skip_existing,
         batch_size=args.batch_size,
+        vectors=vectors,
     )
     layout = store.provenance()
     print(
@@ -95,6 +103,22 @@ def run_index(args: argparse.Namespace) -> int:
         f"{layout['precision']} codes at {layout['dim']} dims)"
     )
     return 0
+
+
+def _given_vectors(args: argparse.Namespace, model: Any, documents: int) -> Any:
+    """``--vectors``, refused in one line unless a row per document, as wide as the model's
+    input."""
+    from demitasse.data import load_embeddings
+
+    vectors = load_embeddings(args.vectors, column=args.vector_column)
+    width = model.recipe.input_dim
+    if width is not None and vectors.shape[1] != width:
+        raise DataError(f"{args.vectors}: vectors {vectors.shape[1]} wide, but {args.model} "
+                        f"takes the encoder's {width}-dimensional output")  # fmt: skip
+    if len(vectors) != documents:
+        raise DataError(f"{args.vectors}: {len(vectors)} vectors for the {documents} "
+                        f"documents of {args.input}")  # fmt: skip
+    return vectors
 
 
 def _read_documents(args: argparse.Namespace) -> tuple[list[str], list[str]]:

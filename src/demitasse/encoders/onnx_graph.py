@@ -35,9 +35,8 @@ from tqdm.auto import tqdm
 
 from demitasse.data import check_texts
 from demitasse.encoders.base import check_backend, check_batch_size
-from demitasse.encoders.cache import EmbeddingCache, encode_through
+from demitasse.encoders.cache import CacheChain, EmbeddingCache, encode_through, open_cache
 from demitasse.encoders.file_hashes import file_sha256
-from demitasse.encoders.resolve import cache_root
 from demitasse.errors import DemitasseError
 from demitasse.io import read_json
 
@@ -246,7 +245,7 @@ class OnnxGraphEncoder:
         self._tokenizer = self._load_tokenizer()
         self._sessions: dict[str, OnnxSession] = {}
         self._cache_settings = (cache, cache_dir)
-        self._cache: EmbeddingCache | None = None
+        self._cache: EmbeddingCache | CacheChain | None = None
         self.backend = backend
 
     @property
@@ -265,9 +264,8 @@ class OnnxGraphEncoder:
             self._sessions[backend] = OnnxSession(checked_file(self.spec, name, sha256))
         self._backend = backend
         cache, cache_dir = self._cache_settings
-        root = Path(cache_dir) if cache_dir else cache_root() / "embeddings"
         key = f"{self.name}-graph-{self.spec.identity}-{backend}"
-        self._cache = EmbeddingCache(root / key, dim=self.dim) if cache else None
+        self._cache = open_cache(key, self.dim, cache_dir) if cache else None
 
     def _load_tokenizer(self) -> Any:
         from tokenizers import Tokenizer

@@ -17,11 +17,11 @@ from transformers import BatchEncoding
 from demitasse.data import check_texts
 from demitasse.encoders.backends import check_backend, check_installed, graph_path
 from demitasse.encoders.base import check_batch_size
-from demitasse.encoders.cache import EmbeddingCache, encode_through, fingerprint_directory
+from demitasse.encoders.cache import encode_through, fingerprint_directory, open_cache
 from demitasse.encoders.exit_heads import load_exit_heads
 from demitasse.encoders.onnx_graph import OnnxSession
 from demitasse.encoders.packing import PackedBatch, pack_rows, packed_batch, unpack
-from demitasse.encoders.resolve import DEFAULT_MODEL, cache_root, resolve_model
+from demitasse.encoders.resolve import DEFAULT_MODEL, resolve_model
 from demitasse.errors import DemitasseError
 
 POOLINGS = ("mean", "cls", "max", "lasttoken")
@@ -85,6 +85,10 @@ class TransformerEncoder:
     ``k`` blocks, so a layer cut costs what it would cost deployed. ``backend`` runs that
     forward pass in torch, or in ONNX Runtime in float32 (``"onnx"``) or with int8 weights
     (``"onnx-int8"``); see :mod:`demitasse.encoders.backends`.
+
+    With ``cache``, vectors are read through the embedding cache every command shares
+    (:mod:`demitasse.encoders.cache`), or through ``cache_dir`` when given;
+    ``work_cache_dir`` is a folder read first that keeps a copy of all of them (a tune's).
     """
 
     def __init__(
@@ -99,6 +103,7 @@ class TransformerEncoder:
         cache_dir: str | Path | None = None,
         show_progress: bool | None = None,
         backend: str = "torch",
+        work_cache_dir: str | Path | None = None,
     ) -> None:
         SentenceTransformer = _sentence_transformer_class()  # noqa: N806
         device = _device_of(backend, device)
@@ -140,7 +145,7 @@ class TransformerEncoder:
         # once now or a cut-first caller would lose the deeper layers for good.
         with torch.inference_mode():
             self.model(**self.tokenize(["warm up"]), output_hidden_states=True)
-        self._cache_settings = (cache, cache_dir)
+        self._cache_settings = (cache, cache_dir, work_cache_dir)
         self._sessions: dict[tuple[str, tuple[int, ...]], OnnxSession] = {}
         self.backend = backend
 
@@ -156,8 +161,10 @@ class TransformerEncoder:
         if backend != "torch" and self.device != "cpu":
             raise DemitasseError(f"the {backend} backend runs on the CPU, not on {self.device}")
         self._backend = backend
-        cache, cache_dir = self._cache_settings
-        self._cache = self._open_cache(self.path, cache_dir) if cache else None
+        cache, cache_dir, work_dir = self._cache_settings
+        self._cache = None
+        if cache:
+            self._cache = open_cache(self._cache_key(self.path), self.dim, cache_dir, work_dir)
 
     def _load_heads(self, modules: list[Any], path: Path) -> dict[int, torch.nn.Module]:
         """What maps a layer's pooled embedding before normalisation: the pipeline's Dense
@@ -181,9 +188,11 @@ class TransformerEncoder:
             heads[layer] = linear.to(self.device).eval()
         return heads
 
-    def _open_cache(self, path: Path, cache_dir: str | Path | None) -> EmbeddingCache:
-        """The embedding cache of exactly this model, pooling, normalisation and heads."""
-        key = "-".join(
+    def _cache_key(self, path: Path) -> str:
+        """The embedding cache's name of exactly this model (its files' content), pooling,
+        normalisation, sequence length, heads and backend (the layer and the text key the
+        vectors inside)."""
+        return "-".join(
             [
                 self.name,
                 fingerprint_directory(path),
@@ -196,8 +205,6 @@ class TransformerEncoder:
                 *([self.backend] if self.backend != "torch" else []),
             ]
         )
-        root = Path(cache_dir) if cache_dir else cache_root() / "embeddings"
-        return EmbeddingCache(root / key, dim=self.dim)
 
     def __repr__(self) -> str:
         return (

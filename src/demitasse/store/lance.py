@@ -198,9 +198,12 @@ class LanceStore:
         store_text: bool = True,
         skip_existing: bool = False,
         batch_size: int = 1024,
+        vectors: Any = None,
     ) -> int:
         """Encode ``texts`` with ``model`` and add them under ``ids``, in one commit; returns
-        the number of documents added.
+        the number of documents added. ``vectors``: the encoder's output for the texts,
+        computed already (rows aligned with ``ids``, as wide as the model's input), taken
+        instead of encoding them.
 
         A new table takes the model's codes at ``dim`` and ``precision`` (default: its width
         and fitted precision), its rescoring vectors when it rescores, and the texts unless
@@ -211,6 +214,8 @@ class LanceStore:
         batch_size = check_k(batch_size)
         if model.recipe.encoder is None:
             raise DataError("a vectors-only model has no encoder to turn texts into vectors")
+        if vectors is not None:
+            vectors = _check_vectors(model, vectors, len(ids))
         self.check_writable()
         connection = self._connect()
         if not (self.db / DATABASE_MARKER).is_file():
@@ -223,11 +228,13 @@ class LanceStore:
         else:
             table, layout = self._open(fresh=True)
             self._check_append(model, layout, dim, precision, store_text)
+            given = ids
             ids, texts, start = _new_documents(table, ids, texts, skip_existing, self.where)
+            vectors = _rows_of(vectors, given, ids)
         if not ids:
             logger.info("%s already holds every document", self.where)
             return 0
-        batches = _BatchStream(model, layout, ids, texts, start, batch_size)
+        batches = _BatchStream(model, layout, ids, texts, start, batch_size, vectors)
         self._opened = self._scanned = None
         try:
             table.add(pa.RecordBatchReader.from_batches(layout.schema(), iter(batches)))
@@ -365,9 +372,10 @@ class _BatchStream:
         texts: list[str],
         start: int,
         batch_size: int,
+        vectors: np.ndarray | None = None,
     ) -> None:
         self.model, self.layout, self.ids, self.texts = model, layout, ids, texts
-        self.start, self.batch_size = start, batch_size
+        self.start, self.batch_size, self.vectors = start, batch_size, vectors
         self.failure: BaseException | None = None
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
@@ -385,7 +393,10 @@ class _BatchStream:
             texts = self.texts[begin:end]
             from demitasse.model import encoder_vectors
 
-            vectors = encoder_vectors(model, texts)
+            if self.vectors is None:
+                vectors = encoder_vectors(model, texts)
+            else:
+                vectors = np.asarray(self.vectors[begin:end], dtype=np.float32)
             columns: dict[str, Any] = {
                 ROW: pa.array(np.arange(self.start + begin, self.start + begin + len(texts))),
                 ID: pa.array(self.ids[begin:end], pa.string()),
@@ -409,6 +420,25 @@ def _model_state(model: CompressedModel, layout: Layout) -> tuple:
 def _table_names(connection: Any) -> list[str]:
     listed = connection.list_tables()
     return list(getattr(listed, "tables", listed))
+
+
+def _check_vectors(model: CompressedModel, vectors: Any, rows: int) -> np.ndarray:
+    """Vectors given for the documents: finite, one row per document, as wide as the
+    model's input."""
+    from demitasse.model_checks import check_vectors
+
+    vectors = check_vectors(vectors, model.recipe.input_dim)
+    if len(vectors) != rows:
+        raise DataError(f"{len(vectors)} vectors for {rows} documents")
+    return vectors
+
+
+def _rows_of(vectors: np.ndarray | None, given: list[str], kept: list[str]) -> Any:
+    """The rows of ``vectors`` (one per id ``given``) of the ids ``kept``."""
+    if vectors is None or len(kept) == len(given):
+        return vectors
+    row_of = {doc_id: row for row, doc_id in enumerate(given)}
+    return vectors[[row_of[doc_id] for doc_id in kept]]
 
 
 def _check_documents(ids: Sequence[str], texts: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -1,5 +1,9 @@
-"""The encoders a tune sweeps: loaded once, every text embedded once per layer (cached on disk
-in the work folder, so an interrupted tune resumes without re-encoding), speed measured.
+"""The encoders a tune sweeps: loaded once, every text embedded once per layer, speed measured.
+
+Vectors are read through the embedding cache every command shares (what an ``eval`` or
+``index`` of the same texts embedded is not embedded again), and the work folder keeps a copy of
+every one, read first, so an interrupted tune resumes without re-encoding whatever the shared
+cache has evicted since.
 """
 
 from __future__ import annotations
@@ -47,10 +51,11 @@ class EncodedTexts:
 
 
 def open_encoder(source: str, work_dir: Path, backend: str = "torch") -> Encoder:
-    """The encoder at ``source``; a transformer caches its vectors under ``work_dir``."""
+    """The encoder at ``source``; a transformer reads through the shared embedding cache and
+    keeps a copy of its vectors under ``work_dir``."""
     if backend == "torch":  # a static model takes no backend
-        return load_encoder(source, cache_dir=work_dir / "embeddings")
-    return load_encoder(source, cache_dir=work_dir / "embeddings" / backend, backend=backend)
+        return load_encoder(source, work_cache_dir=work_dir / "embeddings")
+    return load_encoder(source, work_cache_dir=work_dir / "embeddings" / backend, backend=backend)
 
 
 def model_source(source: str) -> str:
