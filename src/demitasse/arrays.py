@@ -109,12 +109,15 @@ def check_finite_chunk(
         return
     # One matrix-vector product carries any NaN or inf into its row's sum at half the cost of
     # isfinite over every value; a sum that overflows falls through to the exact check below.
-    if (
-        chunk.dtype == np.float32
-        and chunk.ndim == 2
-        and np.isfinite(chunk @ np.ones(chunk.shape[1], np.float32)).all()
-    ):
-        return
+    # A row holding inf and -inf sums to NaN, one of huge finite values overflows: numpy's
+    # warnings about that would print before the one-line error (or for nothing).
+    with np.errstate(over="ignore", invalid="ignore"):
+        if (
+            chunk.dtype == np.float32
+            and chunk.ndim == 2
+            and np.isfinite(chunk @ np.ones(chunk.shape[1], np.float32)).all()
+        ):
+            return
     finite = np.isfinite(chunk)
     if not finite.all():
         bad = int(np.argmin(finite.all(axis=1)))
@@ -127,6 +130,19 @@ def check_finite_chunk(
                 f"{name} row {first_row + bad} holds a value too large for float32 "
                 f"(|x| > {FLOAT32_MAX:.3g})"
             )
+
+
+def check_float_vectors(dtype: DTypeLike, where: str) -> None:
+    """Vectors enter demitasse as floats (float16, float32 or float64): integers, whatever
+    their width, are refused in one line, never read as floats. Integer arrays are usually
+    codes (int8, packed bits), not vectors, and compressing them as if they were vectors gives
+    wrong results without a sign. ``where`` names the data (a file, a column)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iub":
+        raise DataError(
+            f"{where}: {dtype} values, not float vectors; demitasse takes float16, float32 or "
+            "float64 vectors and never reads integers (codes) as floats: pass the float vectors"
+        )
 
 
 def non_finite_array(arrays: dict[str, np.ndarray]) -> str | None:
@@ -194,6 +210,7 @@ def arrow_vectors(array: Any, where: str) -> np.ndarray:
         raise DataError(f"{where}: holds {kind}, not lists of numbers")
     if not (pa.types.is_floating(kind.value_type) or pa.types.is_integer(kind.value_type)):
         raise DataError(f"{where}: holds lists of {kind.value_type}, not numbers")
+    check_float_vectors(kind.value_type.to_pandas_dtype(), where)
     if array.null_count:
         row = pc.index(pc.is_null(array), True).as_py()
         raise DataError(f"{where}: row {row} is null, not a vector")
@@ -211,5 +228,12 @@ def arrow_vectors(array: Any, where: str) -> np.ndarray:
     if values.null_count:
         row = int(np.flatnonzero(pc.is_null(values).to_numpy(zero_copy_only=False))[0])
         raise DataError(f"{where}: row {row // lengths[0]} contains a null value")
-    flat = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-    return flat.reshape(len(array), int(lengths[0]))
+    flat = values.to_numpy(zero_copy_only=False)
+    if flat.dtype.itemsize > 4:  # a float64 beyond float32's range would become inf
+        large = np.flatnonzero(np.abs(flat) > FLOAT32_MAX)
+        if large.size:
+            raise DataError(
+                f"{where}: row {int(large[0]) // int(lengths[0])} holds a value too large for "
+                f"float32 (|x| > {FLOAT32_MAX:.3g})"
+            )
+    return flat.astype(np.float32, copy=False).reshape(len(array), int(lengths[0]))

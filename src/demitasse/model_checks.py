@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from demitasse.arrays import check_finite
+from demitasse.arrays import check_finite, check_float_vectors
 from demitasse.compress import Compressor, Quantizer, check_precision
 from demitasse.compress.vocabulary import accepts_width
 from demitasse.data import check_texts
@@ -91,8 +91,8 @@ def check_width(
 
 
 def check_vectors(vectors: Any, expected: int | None) -> np.ndarray:
-    """``vectors`` as a non-empty, finite 2-D array of numbers ``expected`` wide (None: any
-    width)."""
+    """``vectors`` as a non-empty, finite 2-D array of floats ``expected`` wide (None: any
+    width); integers are refused, not read as floats."""
     if isinstance(vectors, str | bytes) or vectors is None:
         raise DataError("vectors must be a 2-D array of numbers")
     try:
@@ -101,6 +101,7 @@ def check_vectors(vectors: Any, expected: int | None) -> np.ndarray:
         raise DataError(f"vectors must be a 2-D array of numbers ({exc})") from None
     if X.ndim != 2 or X.shape[0] == 0 or X.dtype.kind not in "fiu":
         raise DataError(f"vectors must be a non-empty 2-D array of numbers, got {X.shape}")
+    check_float_vectors(X.dtype, "vectors")  # int8 codes are no vectors
     if expected is not None and X.shape[1] != expected:
         raise IncompatibleInputError(
             f"vectors have {X.shape[1]} dimensions but this model takes {expected}"

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from demitasse.arrays import check_float_vectors
 from demitasse.bulk.job import EMBED, RECOMPRESS, convert, load_model
 from demitasse.bulk.sources import check_text
 
@@ -78,6 +79,7 @@ class DemitasseRecompressor(_ModelActor):
         super().__init__(model, input_column=input_column, **kwargs)
 
     def _values(self, column: Any) -> np.ndarray:
-        if isinstance(column, np.ndarray) and column.dtype != object:
-            return column
-        return np.stack([np.asarray(v, dtype=np.float32) for v in column])
+        if not (isinstance(column, np.ndarray) and column.dtype != object):
+            column = np.stack([np.asarray(v) for v in column])  # each row's own dtype
+        check_float_vectors(column.dtype, f"batch column {self.input_column!r}")
+        return column

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from demitasse.bulk.ids import SeenIds
 from demitasse.bulk.manifest import Manifest
 from demitasse.bulk.shards import SHARD_DIR, ShardWriter, schema, shard_name
-from demitasse.bulk.sources import Columns, InputFile
+from demitasse.bulk.sources import Columns, InputFile, record_position
 from demitasse.errors import DataError, DemitasseError, one_line
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def load_model(path: str, command: str, threads: int | None = None) -> Compresse
             pass
         else:
             torch.set_num_threads(threads)
-    model = open_model(path, cache=False)
+    model = open_model(path)  # through the embedding cache (each Ray actor's own reads)
     if command == EMBED and model.recipe.encoder is None:
         raise DemitasseError(
             f"{path} is a vectors-only model (no encoder): it re-compresses stored vectors "
@@ -99,6 +100,38 @@ class ShardSink:
         self._writer: ShardWriter | None = None
         self._key: tuple[int, int] | None = None
         self._empty = 0
+        # Positional ids ('<file>:<line>') cannot repeat; ids read from a column can.
+        self.ids = None if job.columns.ids is None else self._written_ids()
+
+    def _written_ids(self) -> SeenIds:
+        """The ids of the shards already written (a resumed run's), checked as a run checks
+        them."""
+        seen = SeenIds(self._written_id, self._place)
+        for entry in sorted(self.manifest.shards, key=lambda e: (e["file"], e["shard"])):
+            seen.add(self._shard_ids(entry["name"]), entry["file"],
+                     entry["shard"] * self.job.shard_rows)  # fmt: skip
+            seen.close_shard()
+        return seen
+
+    def _shard_ids(self, name: str) -> list[str]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = self.job.out / SHARD_DIR / name
+        try:
+            return pq.read_table(path, columns=["id"]).column("id").to_pylist()
+        except (pa.ArrowException, OSError) as exc:
+            raise DataError(
+                f"{path}: cannot read the ids of a written shard ({one_line(exc)})"
+            ) from None
+
+    def _written_id(self, file: int, record: int) -> str:
+        shard, row = divmod(record, self.job.shard_rows)
+        return self._shard_ids(shard_name(file, shard))[row]
+
+    def _place(self, file: int, record: int) -> tuple[str, tuple[str, int]]:
+        source = self.job.inputs[file]
+        return str(source.path), record_position(source, record)
 
     def add(self, file: int, shard: int, ids: Any, codes: np.ndarray, empty: int = 0) -> bool:
         """Write a chunk; True when it completed its shard (which is then recorded)."""
@@ -111,6 +144,8 @@ class ShardSink:
                 0,
             )
         assert self._writer is not None
+        if self.ids is not None:
+            self.ids.add(ids, file, shard * self.job.shard_rows + self._writer.rows)
         self._writer.write(ids, codes)
         self._empty += empty
         if self._writer.rows < self.job.shard_rows:
@@ -127,6 +162,8 @@ class ShardSink:
                 self.manifest.save(self.job.out)
             return
         rows = self._writer.close()
+        if self.ids is not None:
+            self.ids.close_shard()
         shard = self._key[1]
         entry = {"file": self._key[0], "shard": shard, "name": self._writer.target.name,
                  "rows": rows, "empty_texts": self._empty, "last": last}  # fmt: skip
@@ -138,8 +175,7 @@ class ShardSink:
     def fail(self, file: int, shard: int, exc: BaseException, last: bool) -> None:
         """Record that shard ``shard`` of ``file`` could not be read: skipped, or the end."""
         if self._writer is not None and self._key == (file, shard):
-            self._writer.abandon()
-            self._writer, self._key = None, None
+            self.abandon()
         skipped = self.job.on_error == "skip"
         entry = {"file": file, "shard": shard, "path": str(self.job.inputs[file].path),
                  "error": one_line(exc), "skipped": skipped, "last": last}  # fmt: skip
@@ -155,3 +191,5 @@ class ShardSink:
         if self._writer is not None:
             self._writer.abandon()
             self._writer, self._key = None, None
+        if self.ids is not None:
+            self.ids.drop_shard()

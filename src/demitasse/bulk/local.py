@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from demitasse.bulk.ids import DuplicateIdError
 from demitasse.bulk.job import BulkJob, ShardSink, convert, count_empty
 from demitasse.bulk.manifest import Manifest
 from demitasse.bulk.sources import UnreadableRestError, iter_chunks
@@ -66,6 +67,8 @@ def _run_file(
                 progress.update(len(ids))
             sink.finish(index, last=True)
             return
+        except DuplicateIdError:
+            raise  # not a shard that cannot be read: the run stops, whatever --on-error says
         except UnreadableRestError as exc:
             sink.fail(index, reading, exc, last=True)  # nothing after this point can be read
             return

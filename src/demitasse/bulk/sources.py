@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from demitasse.arrays import arrow_vectors
+from demitasse.arrays import arrow_vectors, check_float_vectors
+from demitasse.data.files import check_text
 from demitasse.data.unicode import Replacements, arrow_texts
 from demitasse.errors import DataError, one_line
 
@@ -181,6 +182,18 @@ def count_records(source: InputFile) -> int:
     return count
 
 
+def record_position(source: InputFile, record: int) -> tuple[str, int]:
+    """Where record ``record`` (0-based, in file order) of ``source`` is, as messages name
+    records: ``("line", n)`` in a text or JSON Lines file (a scan of the raw lines, nothing
+    decoded), ``("row", n)`` in a Parquet file (0-based, as positional ids count rows)."""
+    if source.kind == "parquet":
+        return "row", record
+    if source.kind == "text":
+        return "line", record + 1
+    records = (n for n, raw in _raw_lines(source) if raw.strip())
+    return "line", next(itertools.islice(records, record, None), 0)
+
+
 def _raw_lines(source: InputFile) -> Iterator[tuple[int, bytes]]:
     try:
         with (
@@ -244,15 +257,6 @@ def _json_record(
     return ident, replaced.text(text, f"line {lineno}")
 
 
-def check_text(value: Any, where: str, column: str) -> str:
-    if not isinstance(value, str):
-        raise DataError(
-            f"{where}: {column!r} holds {type(value).__name__ if value is not None else 'null'}, "
-            "not a string"
-        )
-    return value
-
-
 def _id_text(value: Any, where: str) -> str:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise DataError(f"{where}: the id must be a string or an integer, got {value!r:.40}")
@@ -277,7 +281,7 @@ def _parquet_chunks(
         message = f"{source.path}: not a readable Parquet file ({one_line(exc)})"
         raise UnreadableRestError(message) from None
     try:
-        wanted = _parquet_columns(source, parquet.schema_arrow.names, columns)
+        wanted = _parquet_columns(source, parquet.schema_arrow, columns)
     except DataError as exc:
         raise UnreadableRestError(str(exc)) from None
     try:
@@ -309,10 +313,19 @@ def _parquet_chunks(
         raise DataError(f"{source.path}: not a readable Parquet file ({one_line(exc)})") from None
 
 
-def _parquet_columns(source: InputFile, names: list[str], columns: Columns) -> list[str]:
+def _parquet_columns(source: InputFile, schema: Any, columns: Columns) -> list[str]:
+    """The columns to read; a missing one, or integer vectors (codes, not vectors: refused as
+    every reader of vectors refuses them), fail before any record is read."""
+    import pyarrow as pa
+
+    names = schema.names
     if columns.value not in names:
         found = ", ".join(repr(n) for n in names[:8]) or "none"
         raise DataError(f"{source.path}: no column {columns.value!r} (it has {found})")
+    value_type = getattr(schema.field(columns.value).type, "value_type", None)
+    if columns.values == "vectors" and value_type is not None and pa.types.is_integer(value_type):
+        where = f"{source.path}: column {columns.value!r}"
+        check_float_vectors(value_type.to_pandas_dtype(), where)
     if columns.ids is None or (columns.ids not in names and not columns.id_required):
         return [columns.value]
     if columns.ids not in names:

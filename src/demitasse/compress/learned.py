@@ -64,6 +64,15 @@ class _Split:
     val: torch.Tensor
 
 
+def as_tensor(array: np.ndarray) -> torch.Tensor:
+    """``array`` as a tensor sharing its memory, or a copy of it when numpy marks it read-only
+    (a memory-mapped ``.npy``, a slice of one): torch has no read-only tensors and warns when
+    given such an array. The values are the same, so fits and transforms are too."""
+    import torch
+
+    return torch.from_numpy(array if array.flags.writeable else array.copy())
+
+
 def halving_dims(first: int, smallest: int) -> list[int]:
     """``first, first/2, first/4, …`` down to ``smallest`` (always ending exactly on it)."""
     dims = [first]
@@ -189,15 +198,13 @@ class LearnedCompressor(Compressor):
     # ---- fit ---------------------------------------------------------------------------------
 
     def _fit(self, X: np.ndarray, **supervision: Any) -> None:
-        import torch
-
         self._plans: dict[tuple[int, int], Plan | None] = {}  # trained in place: same id
         self._seed_torch()
         self._torch_device = self._pick_device()
         self._fit_rotation(X)
         self._supervised = self._prepare_supervision(supervision, X.shape[1])
         self.network_ = self._build_network().to(self._torch_device)
-        X_t = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32)).to(self._torch_device)
+        X_t = as_tensor(np.ascontiguousarray(X, dtype=np.float32)).to(self._torch_device)
         self._split_rows(X.shape[0])
         self._train(self._rotate(X_t), X_t)
         self.network_.eval().cpu()
@@ -233,10 +240,8 @@ class LearnedCompressor(Compressor):
             self.input_rotation_ = np.eye(d, dtype=np.float32)
 
     def _rotate(self, X: torch.Tensor) -> torch.Tensor:
-        import torch
-
-        mean = torch.from_numpy(self.input_mean_).to(X.device)
-        rotation = torch.from_numpy(self.input_rotation_).to(X.device)
+        mean = as_tensor(self.input_mean_).to(X.device)
+        rotation = as_tensor(self.input_rotation_).to(X.device)
         return (X - mean) @ rotation
 
     def _split_rows(self, n: int) -> None:
@@ -264,7 +269,7 @@ class LearnedCompressor(Compressor):
             n = arrays[0].shape[0]
             order = torch.randperm(n, generator=self._generator)
             n_val = min(max(2, round(n * float(self._training.validation_fraction))), n - 2)
-            tensors = tuple(torch.from_numpy(a).to(self._torch_device) for a in arrays)
+            tensors = tuple(as_tensor(a).to(self._torch_device) for a in arrays)
             rotated = tuple(self._rotate(t) for t in tensors[:2])
             splits[name] = _Split((*rotated, tensors[2]), order[n_val:], order[:n_val])
         return splits
@@ -462,7 +467,7 @@ class LearnedCompressor(Compressor):
             plan = self._folded(dim)
             # Tiles small enough that a tile's input stays in cache across the plan's products.
             for start in range(0, X.shape[0], TRANSFORM_TILE_ROWS):
-                tile = torch.from_numpy(X[start : start + TRANSFORM_TILE_ROWS])
+                tile = as_tensor(X[start : start + TRANSFORM_TILE_ROWS])
                 tile = self._encode(self._rotate(tile), dim) if plan is None else plan(tile)
                 result[start : start + len(tile)] = tile.numpy()
         return result
@@ -482,11 +487,9 @@ class LearnedCompressor(Compressor):
 
     def _input_rotation(self) -> Rotation:
         """The fitted change of basis, for the inference plans."""
-        import torch
-
         from demitasse.compress.folding import Rotation
 
-        return Rotation(torch.from_numpy(self.input_mean_), torch.from_numpy(self.input_rotation_))
+        return Rotation(as_tensor(self.input_mean_), as_tensor(self.input_rotation_))
 
     def _fitted_width_input(
         self,
@@ -514,7 +517,7 @@ class LearnedCompressor(Compressor):
         k = self._resolve_dim(dim)
         X = np.ascontiguousarray(as_matrix(X), dtype=np.float32)
         with torch.inference_mode():
-            return self._encode(self._rotate(torch.from_numpy(X)), k).numpy()
+            return self._encode(self._rotate(as_tensor(X)), k).numpy()
 
     def _state(self) -> dict[str, np.ndarray]:
         arrays = {"input_mean_": self.input_mean_, "input_rotation_": self.input_rotation_}

@@ -33,7 +33,7 @@ import numpy as np
 from demitasse.arrays import DEFAULT_CHUNK_ROWS, as_matrix, check_finite
 from demitasse.compress._estimator import Interval
 from demitasse.compress.base import register_compressor
-from demitasse.compress.learned import LearnedCompressor
+from demitasse.compress.learned import LearnedCompressor, as_tensor
 from demitasse.compress.params import Integers, ParamGroup
 from demitasse.compress.training_settings import DEFAULT_TRAINING, TrainingSettings
 from demitasse.errors import DataError
@@ -179,12 +179,10 @@ class MCR2(LearnedCompressor):
 
     def _prepare_supervision(self, supervision: dict[str, Any], d: int) -> dict[str, Any]:
         """Turn ``pairs`` into row-aligned left/right tensors (rotated, on the device)."""
-        import torch
-
         left, right = self._pair_arrays(supervision.get("pairs"))
         self.n_pairs_ = int(left.shape[0])
         self._pairs = tuple(
-            self._rotate(torch.from_numpy(a).to(self._torch_device)) for a in (left, right)
+            self._rotate(as_tensor(a).to(self._torch_device)) for a in (left, right)
         )
         return {}
 
@@ -323,7 +321,7 @@ class MCR2(LearnedCompressor):
         labels = np.empty(X.shape[0], dtype=np.int64)
         with torch.inference_mode():
             for start in range(0, X.shape[0], chunk_rows):
-                chunk = torch.from_numpy(np.asarray(X[start : start + chunk_rows], np.float32))
+                chunk = as_tensor(np.asarray(X[start : start + chunk_rows], np.float32))
                 logits = self.network_(self._rotate(chunk))[1]
                 labels[start : start + len(chunk)] = logits.argmax(1).numpy()
         return labels

@@ -62,7 +62,7 @@ import numpy as np
 from demitasse.arrays import is_int
 from demitasse.compress._estimator import Interval, StrOptions
 from demitasse.compress.base import register_compressor
-from demitasse.compress.learned import LearnedCompressor, halving_dims
+from demitasse.compress.learned import LearnedCompressor, as_tensor, halving_dims
 from demitasse.compress.params import Integers, ParamGroup
 from demitasse.compress.smec_objective import EmbeddingMemory, GroupObjective
 from demitasse.compress.training_settings import TrainingSettings
@@ -264,7 +264,7 @@ class SMEC(LearnedCompressor):
         X = np.ascontiguousarray(X, dtype=np.float32)
         plan = smec_plan(self._input_rotation(), self._chain(k), k)
         with torch.inference_mode():
-            return plan(torch.from_numpy(X)).numpy()
+            return plan(as_tensor(X)).numpy()
 
     def _chain(self, dim: int) -> list[SelectionStage]:
         """The stages run for ``dim``: up to the smallest of width >= ``dim``."""
@@ -483,8 +483,6 @@ class SMEC(LearnedCompressor):
         Existing stages are frozen and reused, so a saved compressor continues to a smaller
         width without retraining. ``X`` should come from the same distribution as the fit data.
         """
-        import torch
-
         self._check_fitted("extend")
         last = self.stage_dims_[-1]
         if not is_int(min_dim) or not 1 <= min_dim < last:
@@ -509,7 +507,7 @@ class SMEC(LearnedCompressor):
         self.network_ = network.to(self._torch_device)
         self._plans = {}
         self._supervised = self._prepare_supervision(supervision, X.shape[1])
-        X_t = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32)).to(self._torch_device)
+        X_t = as_tensor(np.ascontiguousarray(X, dtype=np.float32)).to(self._torch_device)
         self._split_rows(X.shape[0])
         U = self._rotate(X_t)
         self._train_stages(U, X_t, first=n_trained)

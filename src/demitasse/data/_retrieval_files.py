@@ -23,6 +23,7 @@ from typing import Any
 
 from demitasse.data._tables import iter_table, table_kind
 from demitasse.data._text import GZIP_ERRORS, iter_lines, open_text, parse_json_line
+from demitasse.data.files import check_text
 from demitasse.data.unicode import Replacements
 from demitasse.errors import DataError, one_line
 
@@ -97,14 +98,11 @@ def identifier(value: Any, where: str, column: str) -> str:
 
 
 def _text(value: Any, where: str, column: str, *, optional: bool = False) -> str:
+    """A text (or title) as every reader of texts takes it: a string; a number is refused,
+    not turned into text (:func:`~demitasse.data.files.check_text`)."""
     if value is None and optional:
         return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):  # a number written as a text
-        return str(value)
-    kind = "missing" if value is None else f"a {type(value).__name__}"
-    raise DataError(f"{where}: {column!r} is {kind}, not text")
+    return check_text(value, where, column)
 
 
 # ---- documents and queries ------------------------------------------------------------------
@@ -124,17 +122,14 @@ def _jsonl_id_texts(
         for name in ("_id", "text"):
             if name not in record:
                 raise DataError(f"{where}: missing field {name!r}")
-            if not isinstance(record[name], str | int) or isinstance(record[name], bool):
-                raise DataError(f"{where}: field {name!r} must be a string")
-        title = record.get("title") if with_title else None
-        if title is not None and not isinstance(title, str):
-            raise DataError(f"{where}: field 'title' must be a string")
+        item_id = identifier(record["_id"], where, "_id")
+        title = _text(record.get("title"), where, "title", optional=True) if with_title else ""
         at = f"line {lineno}"
         yield (
             where,
-            replaced.text(str(record["_id"]), at),
-            replaced.text(title or "", at),
-            replaced.text(str(record["text"]), at),
+            replaced.text(item_id, at),
+            replaced.text(title, at),
+            replaced.text(_text(record["text"], where, "text"), at),
         )
 
 

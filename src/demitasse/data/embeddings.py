@@ -10,7 +10,7 @@ from tokenize import TokenError
 
 import numpy as np
 
-from demitasse.arrays import arrow_vectors
+from demitasse.arrays import arrow_vectors, check_float_vectors
 from demitasse.data._tables import check_parquet_columns
 from demitasse.data._text import require_file
 from demitasse.errors import DataError, one_line
@@ -59,7 +59,7 @@ def _npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
 
 
 def _load_npy(path: Path) -> np.ndarray:
-    _npy_header(path)
+    check_float_vectors(_npy_header(path)[1], str(path))
     try:
         # Memory-mapped so a 10M x 768 file costs no RAM until read; never unpickle.
         array = np.load(path, mmap_mode="r", allow_pickle=False)
@@ -91,9 +91,12 @@ def _load_parquet(path: Path, column: str) -> np.ndarray:
 
 
 def load_embeddings(path: str | Path, column: str = "embedding") -> np.ndarray:
-    """An (n, d) embedding matrix from ``.npy`` (memory-mapped, dtype kept) or ``.parquet``.
+    """An (n, d) embedding matrix from ``.npy`` (memory-mapped, float dtype kept) or
+    ``.parquet``.
 
-    Parquet ``column`` must hold equal-length lists of numbers; it is read as float32.
+    Parquet ``column`` must hold equal-length lists of floats; it is read as float32. Integer
+    vectors (int8 codes, packed bits, any integer dtype) are refused in one line, never read
+    as floats (:func:`~demitasse.arrays.check_float_vectors`).
     """
     path = require_file(path)
     suffix = path.suffix.lower()

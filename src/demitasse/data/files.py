@@ -39,12 +39,19 @@ def _score(value: Any, path: Path, where: str, column: str) -> float:
     return score
 
 
+def check_text(value: Any, where: str, column: str) -> str:
+    """``value`` if it is a string, else the one-line DataError of every reader of texts in
+    files (fit, encode, embed, index, eval, tune): a number, an object, a list, bytes or null
+    is no text, and never turned into one with ``str()`` (a JSON ``"text": 7`` is a mistake in
+    the file, not the sentence "7"). ``where`` locates it (``"path: line 7"``)."""
+    if not isinstance(value, str):
+        kind = "null" if value is None else type(value).__name__
+        raise DataError(f"{where}: {column!r} holds {kind}, not a string")
+    return value
+
+
 def _sentence(value: Any, path: Path, where: str, column: str, replaced: Replacements) -> str:
-    if value is None:
-        raise DataError(f"{path}: {where}: {column!r} is missing")
-    if not isinstance(value, str):  # an object, a list or bytes is no sentence
-        raise DataError(f"{path}: {where}: {column!r} is a {type(value).__name__}, not text")
-    return replaced.text(value, where)
+    return replaced.text(check_text(value, f"{path}: {where}", column), where)
 
 
 def load_scored_pairs(
@@ -85,7 +92,8 @@ def read_texts(
         raise DataError(f"text limit must be a positive number, got {limit}")
     path = _nonempty_file(path)
     with Replacements(str(path), "line" if _is_text_file(path) else "record") as replaced:
-        texts = _texts_of(_values(path, column, replaced), path, limit, aligned, replaced)
+        values = _values(path, column, replaced)
+        texts = _texts_of(values, (path, column), limit, aligned, replaced)
     if not any(texts):  # blank lines only (kept as "" when aligned) are no texts either
         raise DataError(f"{path}: no text found")
     return texts
@@ -109,19 +117,17 @@ def _is_text_file(path: Path) -> bool:
 
 def _texts_of(
     values: Iterator[tuple[str, Any]],
-    path: Path,
+    source: tuple[Path, str],
     limit: int | None,
     aligned: bool,
     replaced: Replacements,
 ) -> list[str]:
+    path, column = source
     texts: list[str] = []
-    for row, (where, value) in enumerate(values):
+    for where, value in values:
         if value is None and not aligned:
             continue
-        if not isinstance(value, str):  # an object, a list or bytes is no text
-            kind = "missing" if value is None else f"a {type(value).__name__}, not a string"
-            raise DataError(f"{path}: row {row + 1}: the text is {kind}")
-        text = replaced.text(value, where).strip()
+        text = replaced.text(check_text(value, f"{path}: {where}", column), where).strip()
         if text or aligned:
             texts.append(text)
             if limit is not None and len(texts) >= limit:

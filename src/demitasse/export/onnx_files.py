@@ -39,7 +39,10 @@ class _TokenStates(torch.nn.Module):
 def write_onnx_files(transformer: Any, folder: Path) -> list[str]:
     """Export ``transformer`` (sentence-transformers' Transformer module, already cut) into
     ``folder/onnx``; the files written, relative to ``folder``."""
-    sample = transformer.tokenize(["a short one", "a somewhat longer sentence to pad the other"])
+    # sentence-transformers >= 6.2 renamed tokenize to preprocess and logs a deprecation
+    # warning on every export through the old name; earlier releases have tokenize only.
+    tokenize = getattr(transformer, "preprocess", None) or transformer.tokenize
+    sample = tokenize(["a short one", "a somewhat longer sentence to pad the other"])
     inputs = [name for name in ("input_ids", "attention_mask", "token_type_ids") if name in sample]
     graph = _TokenStates(transformer.auto_model.eval(), inputs)
     target = folder / ONNX_FOLDER
