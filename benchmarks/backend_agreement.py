@@ -1,7 +1,8 @@
 """How far each ONNX backend's vectors are from torch's, text by text: the worst case, not the
 average (issue #50: "onnx-int8 is worse than the docs say").
 
-For each model, the same sentences (STS-B train: never an evaluation text) are encoded by torch,
+For each model, the same sentences (from the unlabeled corpora: never an evaluation text) are
+encoded by torch,
 ``onnx`` (float32) and ``onnx-int8`` (dynamic int8 weights) at the full depth, one batch size,
 no embedding cache. Per backend: the cosine of each text's vector with torch's (min, 1st
 percentile, median, mean) and the share of sign bits that differ from torch's (the binary code
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 
 from _common import HERE, RESULTS_MD, log
-from demitasse.data import resolve_data_dir, stsb_fit_sentences
+from demitasse.data import load_unlabeled
 from demitasse.encoders.base import BACKENDS
 from demitasse.encoders.transformer import load_transformer
 from demitasse.evaluation import ResultRecord, machine_description, write_records
@@ -64,7 +65,7 @@ def agreement_records(model: str, texts: list[str], batch_size: int) -> list[Res
                     dim=int(reference.shape[1]),
                     precision="float32",
                     task="backend-agreement",
-                    dataset="stsb-train",
+                    dataset="unlabeled",
                     metric=metric,
                     score=score,
                     extra={"texts": len(texts), "batch_size": batch_size},
@@ -91,9 +92,9 @@ def page(records: list[ResultRecord], command: str, machine: str, wall: float) -
             f"Machine: {machine}; wall time {wall:.0f} s; 1-minute load average at the end "
             f"{os.getloadavg()[0]:.1f}.",
             "",
-            f"{texts} STS-B train sentences, full depth, each backend's own vectors against "
-            "torch's: the cosine of each text's pair of vectors, and the share of sign bits "
-            "(a binary code of the full width) that differ.",
+            f"{texts} sentences of the unlabeled corpora (seed 0), full depth, each backend's "
+            "own vectors against torch's: the cosine of each text's pair of vectors, and the "
+            "share of sign bits (a binary code of the full width) that differ.",
             "",
             markdown_table(["model", "backend", *metrics], rows),
             "",
@@ -113,7 +114,7 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    texts = list(dict.fromkeys(stsb_fit_sentences(resolve_data_dir(args.data_dir))))[: args.texts]
+    texts = load_unlabeled(args.data_dir, n=args.texts, seed=0)
     records = [
         record
         for model in args.models.split(",")
