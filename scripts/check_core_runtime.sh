@@ -102,7 +102,7 @@ model = CompressedModel.load(sys.argv[1], cache=False)
 model.encode(open(sys.argv[2], encoding="utf-8").read().splitlines()[:1])
 done = time.perf_counter()
 print(f"import {imported - started:.2f} s, load + first encode {done - imported:.2f} s "
-      f"({type(model.encoder).__name__}, backend {model.backend})")
+      f"({type(model.load_encoder()).__name__}, backend {model.settings.backend})")
 EOF
 }
 status=0
@@ -113,11 +113,13 @@ for model in "${MODELS[@]}"; do
     for venv in full core; do
         python=$FULL/bin/python
         [[ $venv == core ]] && python=$CORE/bin/python
-        echo "  $venv: $(timing "$python" "$WORK/$model" "$texts")"
+        line=$(timing "$python" "$WORK/$model" "$texts") || status=1
+        echo "  $venv: $line"
         for precision in float32 int8; do
             start=$(date +%s.%N)
             "$(dirname "$python")/demitasse" encode "$WORK/$model" --input "$texts" \
-                --precision "$precision" --out "$WORK/$model-$venv-$precision.npy" >/dev/null
+                --precision "$precision" --out "$WORK/$model-$venv-$precision.npy" >/dev/null \
+                || status=1
             end=$(date +%s.%N)
             printf "    demitasse encode --precision %s: %.2f s\n" "$precision" \
                 "$(echo "$end - $start" | bc)"
