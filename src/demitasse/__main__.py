@@ -2,6 +2,6 @@
 
 import sys
 
-from demitasse.cli import run
+from demitasse.launch import run
 
 sys.exit(run())
