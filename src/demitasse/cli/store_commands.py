@@ -84,8 +84,11 @@ def run_index(args: argparse.Namespace) -> int:
     store = LanceStore(args.db, args.table)
     store.check_writable()  # a folder that is no demitasse database: refused before any work
     ids, texts = _read_documents(args)
+    # Given vectors are checked before the model loads (loading writes its files' hashes).
+    vectors = None if args.vectors is None else _given_vectors(args, _saved_width(args), len(ids))
     model = open_model(args.model)  # through the embedding cache
-    vectors = None if args.vectors is None else _given_vectors(args, model, len(ids))
+    if vectors is not None:
+        _given_vectors(args, model.recipe.input_dim, len(ids), vectors)
     added = store.add(
         model,
         ids,
@@ -105,13 +108,25 @@ def run_index(args: argparse.Namespace) -> int:
     return 0
 
 
-def _given_vectors(args: argparse.Namespace, model: Any, documents: int) -> Any:
+def _saved_width(args: argparse.Namespace) -> int | None:
+    """The input width a model directory records, read without loading it (None: unknown)."""
+    from demitasse.model_files import is_model_dir, read_model_config
+
+    if not is_model_dir(args.model):
+        return None
+    width = read_model_config(args.model).get("input_dim")
+    return width if isinstance(width, int) else None
+
+
+def _given_vectors(
+    args: argparse.Namespace, width: int | None, documents: int, vectors: Any = None
+) -> Any:
     """``--vectors``, refused in one line unless a row per document, as wide as the model's
-    input."""
+    input (``width``, when known)."""
     from demitasse.data import load_embeddings
 
-    vectors = load_embeddings(args.vectors, column=args.vector_column)
-    width = model.recipe.input_dim
+    if vectors is None:
+        vectors = load_embeddings(args.vectors, column=args.vector_column)
     if width is not None and vectors.shape[1] != width:
         raise DataError(f"{args.vectors}: vectors {vectors.shape[1]} wide, but {args.model} "
                         f"takes the encoder's {width}-dimensional output")  # fmt: skip
