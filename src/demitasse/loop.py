@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from tqdm.auto import tqdm
 
 from demitasse.errors import DemitasseError
+from demitasse.io import signals_held
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +199,8 @@ class _Loop:
         for index, batch in enumerate(self.task.epoch_batches(state.epoch)):
             if index < state.batch_in_epoch:
                 continue  # taken before the checkpoint this run resumed from
-            loss = float(self.task.train_step(batch))
+            with signals_held():  # a signal waits for the step (see demitasse.io)
+                loss = float(self.task.train_step(batch))
             if not math.isfinite(loss):
                 raise DemitasseError(f"training: loss became {loss} at step {state.step}")
             state.step += 1

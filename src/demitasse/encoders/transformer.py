@@ -23,6 +23,7 @@ from demitasse.encoders.onnx_graph import OnnxSession
 from demitasse.encoders.packing import PackedBatch, pack_rows, packed_batch, unpack
 from demitasse.encoders.resolve import DEFAULT_MODEL, resolve_model
 from demitasse.errors import DemitasseError
+from demitasse.io import signals_held
 
 POOLINGS = ("mean", "cls", "max", "lasttoken")
 PROGRESS_MIN_TEXTS = 2048
@@ -293,9 +294,11 @@ class TransformerEncoder:
         with torch.inference_mode(), self.cut_to(max(layers)):
             for start in tqdm(starts, desc=f"encoding with {self.name}", disable=not show):
                 idx = order[start : start + batch_size]
-                for layer, vectors in zip(
-                    layers, run([texts[i] for i in idx], layers), strict=True
-                ):
+                # A signal waits for the batch: inside torch's C++ code, a KeyboardInterrupt
+                # raised in a callback into Python would abort the process.
+                with signals_held():
+                    batch_layers = list(run([texts[i] for i in idx], layers))
+                for layer, vectors in zip(layers, batch_layers, strict=True):
                     if self.normalize:
                         vectors = F.normalize(torch.from_numpy(vectors), p=2, dim=1).numpy()
                     out[layer][idx] = vectors
