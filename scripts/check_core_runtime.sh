@@ -28,22 +28,10 @@ for arg in "$@"; do
         *) echo "usage: $0 [--reuse] [--no-minilm]" >&2; exit 2 ;;
     esac
 done
-export HF_HUB_OFFLINE=1 DEMITASSE_CACHE=$WORK/cache DEMITASSE_QUIET=1
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-mkdir -p "$WORK"
-echo "work folder: $WORK"
 
 # ---- the core venv ---------------------------------------------------------------------------
-pip_core() {  # the build's warnings go to a log, shown when pip fails
-    "$CORE/bin/pip" install -q "$@" >>"$WORK/pip.log" 2>&1 || { cat "$WORK/pip.log"; exit 1; }
-}
-if [[ $REUSE == 1 && -x $CORE/bin/python ]]; then
-    pip_core --no-deps --force-reinstall "$REPO"
-else
-    rm -rf "$CORE"
-    python3.11 -m venv "$CORE"
-    pip_core "$REPO"
-fi
+# The work folder and the core venv (REUSE=1: reinstall only demitasse), shared by both checks.
+source "$(dirname "${BASH_SOURCE[0]}")/core_venv.sh"
 if "$CORE/bin/python" -c "import torch" >/dev/null 2>&1; then
     echo "FAIL: torch in the core venv" >&2
     exit 1
