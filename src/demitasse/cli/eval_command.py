@@ -19,6 +19,7 @@ from demitasse.cli.arguments import (
     positive_int,
     precision_help_text,
 )
+from demitasse.cli.given_vectors import add_vectors_arguments
 from demitasse.compress.binary import ROTATIONS as BINARY_ROTATIONS
 from demitasse.errors import DemitasseError, require_library
 from demitasse.io import atomic_directory, check_directory_target
@@ -26,6 +27,7 @@ from demitasse.search import RESCORE_PRECISIONS
 
 if TYPE_CHECKING:
     from demitasse.cli.eval_options import SearchOptions
+    from demitasse.cli.given_vectors import CorpusVectors
     from demitasse.evaluation.grid import CompressorSpec
     from demitasse.evaluation.records import ResultRecord
     from demitasse.evaluation.tasks import Task
@@ -119,6 +121,7 @@ def _add_retrieval_options(evaluate: argparse.ArgumentParser) -> None:
         default=None,
         help="rotate vectors before binarising (binary precision of a sweep; default none)",
     )
+    add_vectors_arguments(group, "--corpus or --beir's corpus.jsonl")
 
 
 def add_report_parser(commands: Any) -> None:
@@ -232,6 +235,7 @@ def _require_plots(command: str) -> None:
 
 
 def _evaluate_sweep(sweep: Sweep, search: SearchOptions | None = None) -> None:
+    from demitasse.cli.eval_options import check_one_layer
     from demitasse.cli.specs import parse_compressor_specs, parse_int_list, parse_precisions
     from demitasse.data import STSB_FIT_DATA
     from demitasse.encoders import DEFAULT_MODEL
@@ -245,6 +249,9 @@ def _evaluate_sweep(sweep: Sweep, search: SearchOptions | None = None) -> None:
     dims = parse_int_list(sweep.dims, "--dims")
     precisions = parse_precisions(sweep.precisions)
     layers = _parse_layers(sweep.layers)
+    given = None if search is None else search.vectors
+    if search is not None:
+        check_one_layer(search, layers)
     task_names = parse_task_names(sweep.tasks)
     tasks = _sweep_tasks(task_names, sweep, precisions, search)
     fit_texts = _fit_texts(sweep.fit_data, sweep.data_dir)
@@ -252,6 +259,8 @@ def _evaluate_sweep(sweep: Sweep, search: SearchOptions | None = None) -> None:
     backend = sweep.backend or "torch"
     encoder = load_encoder(sweep.model or DEFAULT_MODEL, backend=backend)
     chosen = list(range(1, encoder.num_layers + 1)) if layers is None else layers
+    if given is not None:
+        encoder = given.encoder(encoder, chosen[0] if chosen else None)
     started = time.perf_counter()
     records = evaluate_grid(
         encoder, tasks, specs=specs, dims=dims, precisions=precisions, layers=chosen,
@@ -259,6 +268,8 @@ def _evaluate_sweep(sweep: Sweep, search: SearchOptions | None = None) -> None:
         progress=sys.stderr.isatty() or bool(os.environ.get("DEMITASSE_PROGRESS")),
         quantizer_params=search.quantizer_params if search else None,
     )  # fmt: skip
+    if given is not None:
+        given.tag(records)
     if "efficiency" in task_names:
         layers_timed = chosen or [encoder.num_layers]
         records += _speed_records(sweep, layers_timed, specs, dims, fit_texts, fit_name)
@@ -344,24 +355,20 @@ def _speed_records(
 def _evaluate_model_dir(args: argparse.Namespace, search: SearchOptions) -> None:
     """``eval --model DIR``: score exactly the fitted model saved in DIR."""
     from demitasse.cli.eval_options import rescoring_of_model
+    from demitasse.cli.given_vectors import saved_width
     from demitasse.cli.specs import parse_int_list, parse_precisions
     from demitasse.evaluation.grid import evaluate_model
     from demitasse.evaluation.suites import build_tasks, parse_task_names
     from demitasse.model import CompressedModel
 
-    sweep_only = {"--compressor": args.compressor, "--fit-data": args.fit_data,
-                  "--layers": args.layers}  # fmt: skip
-    given = [flag for flag, value in sweep_only.items() if value is not None]
-    if given:
-        raise DemitasseError(
-            f"{given[0]} applies to a sweep over an encoder; the model directory {args.model} "
-            "carries its own layer, compressor and fit"
-        )
+    _refuse_sweep_options(args)
     task_names = parse_task_names(search.tasks)
     if "efficiency" in task_names:
         raise DemitasseError("--tasks efficiency takes an encoder name, not a model directory")
     out = Path(args.out or "demitasse-results")
     check_directory_target(out, kind=RESULTS_KIND)
+    if search.vectors is not None:  # before the load, which writes its files' hashes
+        search.vectors.check_width(saved_width(args.model), args.model)
     model = CompressedModel.load(
         args.model, backend=args.backend, **rescoring_of_model(search, args.model)
     )
@@ -378,12 +385,27 @@ def _evaluate_model_dir(args: argparse.Namespace, search: SearchOptions) -> None
     model.settings.batch_size = args.batch_size
     started = time.perf_counter()
     records = evaluate_model(
-        model, tasks, dims=dims, precisions=precisions, extra={"model_dir": args.model}
-    )
+        model, tasks, dims=dims, precisions=precisions, extra={"model_dir": args.model},
+        vectors_of=None if search.vectors is None else search.vectors.vectors_of(model),
+    )  # fmt: skip
+    if search.vectors is not None:
+        search.vectors.tag(records)
     _tag_backend(records, model.settings.backend)
-    reference = _full_model_records(model, tasks, args)
+    reference = _full_model_records(model, tasks, args, search.vectors)
     _write_results([*records, *reference], out, model.recipe.name, started)
     _print_retention(records, reference)
+
+
+def _refuse_sweep_options(args: argparse.Namespace) -> None:
+    """A model directory carries what a sweep's options would choose."""
+    sweep_only = {"--compressor": args.compressor, "--fit-data": args.fit_data,
+                  "--layers": args.layers}  # fmt: skip
+    given = [flag for flag, value in sweep_only.items() if value is not None]
+    if given:
+        raise DemitasseError(
+            f"{given[0]} applies to a sweep over an encoder; the model directory {args.model} "
+            "carries its own layer, compressor and fit"
+        )
 
 
 #: ``extra["reference"]`` of the records of the full model an evaluated model is compared with.
@@ -391,7 +413,7 @@ FULL_MODEL = "full model"
 
 
 def _full_model_records(
-    model: Any, tasks: list[Any], args: argparse.Namespace
+    model: Any, tasks: list[Any], args: argparse.Namespace, given: CorpusVectors | None
 ) -> list[ResultRecord]:
     """The same tasks scored by the model's encoder as published (every layer, no compressor,
     float32): what the model's retention is measured against. None for a vectors-only model."""
@@ -402,9 +424,23 @@ def _full_model_records(
         return []
     full = open_model(model.recipe.encoder, backend=args.backend)
     full.settings.batch_size = args.batch_size
-    records = evaluate_model(full, tasks, extra={"model_dir": args.model, "reference": FULL_MODEL})
+    # The given vectors are the model's encoder output: the full model's too only at the
+    # same layer and backend; otherwise it encodes the corpus itself.
+    given = given if _same_output(model, full) else None
+    records = evaluate_model(
+        full, tasks, extra={"model_dir": args.model, "reference": FULL_MODEL},
+        vectors_of=None if given is None else given.vectors_of(full),
+    )  # fmt: skip
+    if given is not None:
+        given.tag(records)
     _tag_backend(records, full.settings.backend)
     return records
+
+
+def _same_output(model: Any, full: Any) -> bool:
+    """Whether ``full``'s encoder output is ``model``'s: the last layer, on the same backend."""
+    last = model.load_encoder().num_layers
+    return model.recipe.layer in (None, last) and model.settings.backend == full.settings.backend
 
 
 def _print_retention(records: list[ResultRecord], reference: list[ResultRecord]) -> None:

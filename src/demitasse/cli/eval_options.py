@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from demitasse.errors import DemitasseError
 
 if TYPE_CHECKING:
+    from demitasse.cli.given_vectors import CorpusVectors
     from demitasse.data.beir import BeirDataset
     from demitasse.search import Rescoring
 
@@ -22,13 +23,15 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class SearchOptions:
     """What ``eval`` searches and how: the task names, the retrieval sets (None: SciFact
-    test), the rescoring factors, and per-precision quantiser options of a sweep."""
+    test), the rescoring factors, per-precision quantiser options of a sweep, and the
+    encoder's vectors of the retrieval corpus given with ``--vectors``."""
 
     tasks: str
     retrieval: list[BeirDataset] | None = None
     factors: list[float] = field(default_factory=list)
     rescore_precision: str | None = None
     quantizer_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    vectors: CorpusVectors | None = None
 
     @property
     def rescoring(self) -> list[Rescoring]:
@@ -53,7 +56,8 @@ def search_options(args: argparse.Namespace) -> SearchOptions:
     if args.rescore_precision is not None and not factors:
         raise DemitasseError("--rescore-precision needs --rescore F")
     params = {} if args.rotation is None else {"binary": {"rotation": args.rotation}}
-    return SearchOptions(tasks, retrieval, factors, args.rescore_precision, params)
+    vectors = None if args.vectors is None else _corpus_vectors(args, retrieval)
+    return SearchOptions(tasks, retrieval, factors, args.rescore_precision, params, vectors)
 
 
 def check_sweep(options: SearchOptions, precisions: list[str]) -> None:
@@ -85,6 +89,36 @@ def rescoring_of_model(options: SearchOptions, folder: str) -> dict[str, Any]:
     if len(options.factors) > 1:
         raise DemitasseError("a model directory searches one way: give one --rescore factor")
     return {"rescore_factor": options.factors[0], "rescore_precision": options.rescore_precision}
+
+
+def check_one_layer(options: SearchOptions, layers: list[int] | None) -> None:
+    """``--vectors`` are one layer's output: a sweep over several layers cannot use them
+    (``layers`` as parsed: None for all, [] for the last)."""
+    if options.vectors is not None and (layers is None or len(layers) > 1):
+        raise DemitasseError(
+            f"--vectors are the encoder's output at one layer; --layers "
+            f"{'all' if layers is None else ','.join(map(str, layers))} asks for several: "
+            "give the layer they were computed at (default: the last)"
+        )
+
+
+def _corpus_vectors(args: argparse.Namespace, retrieval: list[BeirDataset] | None) -> CorpusVectors:
+    """``--vectors``, checked against the one retrieval corpus they must be the vectors of."""
+    from demitasse.cli.given_vectors import corpus_vectors
+
+    if retrieval is None:
+        raise DemitasseError(
+            "--vectors are the encoder's vectors of a retrieval corpus: name it with --beir "
+            "DIR or --corpus/--queries/--qrels"
+        )
+    if len(retrieval) > 1:
+        names = ", ".join(dataset.name for dataset in retrieval)
+        raise DemitasseError(
+            f"--vectors hold one corpus's vectors, but --beir gives {len(retrieval)} data sets "
+            f"({names}): evaluate them one at a time"
+        )
+    source = args.corpus or f"the corpus of {args.beir}"
+    return corpus_vectors(args.vectors, args.vector_column, retrieval[0].corpus_texts, source)
 
 
 def _factors(text: str | None) -> list[float]:

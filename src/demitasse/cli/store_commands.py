@@ -14,6 +14,12 @@ from demitasse.cli.arguments import (
     precision_help_text,
     precision_name,
 )
+from demitasse.cli.given_vectors import (
+    VectorsFile,
+    add_vectors_arguments,
+    given_vectors,
+    saved_width,
+)
 from demitasse.errors import DataError
 
 if TYPE_CHECKING:
@@ -53,12 +59,7 @@ def add_store_commands(commands: Any) -> None:  # argparse's subparsers action
     index.add_argument("--batch-size", type=positive_int, default=1024,
                        help="texts encoded and streamed to LanceDB at a time (all of them are "
                        "committed at once)")  # fmt: skip
-    index.add_argument("--vectors", default=None,
-                       help="the encoder's vectors of the documents, computed already "
-                       "(.npy or .parquet, a row per document of --input, in its order): "
-                       "not encoded again")  # fmt: skip
-    index.add_argument("--vector-column", default="embedding",
-                       help="--vectors .parquet: the list column of vectors")  # fmt: skip
+    add_vectors_arguments(index, "--input")
 
     search = commands.add_parser(
         "search",
@@ -85,10 +86,13 @@ def run_index(args: argparse.Namespace) -> int:
     store.check_writable()  # a folder that is no demitasse database: refused before any work
     ids, texts = _read_documents(args)
     # Given vectors are checked before the model loads (loading writes its files' hashes).
-    vectors = None if args.vectors is None else _given_vectors(args, _saved_width(args), len(ids))
+    given = VectorsFile(args.vectors, args.vector_column, len(ids), args.input)
+    vectors = None
+    if args.vectors is not None:
+        vectors = given_vectors(given, saved_width(args.model), args.model)
     model = open_model(args.model)  # through the embedding cache
     if vectors is not None:
-        _given_vectors(args, model.recipe.input_dim, len(ids), vectors)
+        given_vectors(given, model.recipe.input_dim, args.model, vectors)
     added = store.add(
         model,
         ids,
@@ -106,34 +110,6 @@ def run_index(args: argparse.Namespace) -> int:
         f"{layout['precision']} codes at {layout['dim']} dims)"
     )
     return 0
-
-
-def _saved_width(args: argparse.Namespace) -> int | None:
-    """The input width a model directory records, read without loading it (None: unknown)."""
-    from demitasse.model_files import is_model_dir, read_model_config
-
-    if not is_model_dir(args.model):
-        return None
-    width = read_model_config(args.model).get("input_dim")
-    return width if isinstance(width, int) else None
-
-
-def _given_vectors(
-    args: argparse.Namespace, width: int | None, documents: int, vectors: Any = None
-) -> Any:
-    """``--vectors``, refused in one line unless a row per document, as wide as the model's
-    input (``width``, when known)."""
-    from demitasse.data import load_embeddings
-
-    if vectors is None:
-        vectors = load_embeddings(args.vectors, column=args.vector_column)
-    if width is not None and vectors.shape[1] != width:
-        raise DataError(f"{args.vectors}: vectors {vectors.shape[1]} wide, but {args.model} "
-                        f"takes the encoder's {width}-dimensional output")  # fmt: skip
-    if len(vectors) != documents:
-        raise DataError(f"{args.vectors}: {len(vectors)} vectors for the {documents} "
-                        f"documents of {args.input}")  # fmt: skip
-    return vectors
 
 
 def _read_documents(args: argparse.Namespace) -> tuple[list[str], list[str]]:

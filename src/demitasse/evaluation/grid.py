@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,6 +185,7 @@ def evaluate_model(
     dims: Sequence[int] | None = None,
     precisions: Sequence[str] | None = None,
     extra: Mapping[str, Any] | None = None,
+    vectors_of: Callable[[list[str]], np.ndarray] | None = None,
 ) -> list[ResultRecord]:
     """Score a fitted :class:`CompressedModel` exactly as it is: its encoder, layer, fitted
     compressor and calibrated quantiser, at each of ``dims`` (default: its full output width)
@@ -193,7 +194,9 @@ def evaluate_model(
     A model that rescores is scored as it searches (:meth:`CompressedModel.search`): its
     codes find ``k·F`` candidates, rescored against its store of the encoder's full output;
     pair similarities (STS) are those rescoring scores. Its records carry the rescoring
-    factor and both byte counts in ``extra``."""
+    factor and both byte counts in ``extra``. ``vectors_of(texts)`` gives the encoder's
+    output for texts (default :func:`~demitasse.model.encoder_vectors`: encoding them), e.g.
+    vectors computed already for some of them."""
     dims = list(dims) if dims else [model.output_dim]
     precisions = list(precisions) if precisions else [model.recipe.precision]
     for dim in dims:  # check every request before the slow encoding
@@ -202,7 +205,7 @@ def evaluate_model(
     texts = list(dict.fromkeys(t for task in tasks for t in task.texts()))
     logger.info("encoding %d evaluation texts", len(texts))
     encoder = model.load_encoder()
-    vectors = encoder_vectors(model, texts)
+    vectors = encoder_vectors(model, texts) if vectors_of is None else vectors_of(texts)
     fit_data = (model.fit_info or {}).get("fit_data")
     records: list[ResultRecord] = []
     for dim in dims:
