@@ -224,6 +224,40 @@ def test_4_an_existing_file_is_replaced_only_with_overwrite(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["codes.parquet", "vectors.npy"]
 
 
+# ---- 4. a folder output is never an input either: export -----------------------------------
+
+
+def test_4_export_never_replaces_the_model_or_encoder_it_reads(
+    files: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A model directory without its graph: ``export --format onnx`` would write it beside the
+    # parts, so that writing the model over itself replaced the user's folder with a copy.
+    model = tmp_path / "model"
+    shutil.copytree(files["text-model"], model)
+    (tmp_path / "link").symlink_to(model)
+    monkeypatch.chdir(tmp_path)
+    before = _tree(tmp_path)
+    onnx = ["export", str(model), "--format", "onnx", "--out"]
+    for out in (str(model), f"{model}/", "model", "./model/", f"{tmp_path}/x/../model", "link"):
+        _fails(capsys, [*onnx, out], "refusing to write", "is the input", str(model))
+        _fails(capsys, ["export", "model/", "--out", out], "is the input", "model/")
+    _fails(capsys, [*onnx, "model/with-graph"], "is inside the input", str(model))
+    assert _tree(tmp_path) == before
+    assert not (tmp_path / "x").exists()
+    # Nor the encoder the model reads: here an earlier export, which an export may replace.
+    encoder, fitted = tmp_path / "encoder", tmp_path / "fitted"
+    assert main(["export", str(files["tiny"]), "--layer", "1", "--out", str(encoder)]) == 0
+    fit = ["fit", "--model", str(encoder), "--texts", str(files["texts"]), "--no-onnx"]
+    assert main([*fit, "--out", str(fitted)]) == 0
+    before = _tree(tmp_path)
+    _fails(capsys, ["export", str(fitted), "--out", str(encoder)], "is the input", "encoder")
+    _fails(capsys, ["export", str(encoder), "--out", str(tmp_path)], "holds the input")
+    assert _tree(tmp_path) == before
+
+
 # ---- 4. index writes only into a database demitasse created ----------------------------------
 
 

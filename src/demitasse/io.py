@@ -5,8 +5,8 @@ Every file and folder demitasse writes goes through here:
 - A file is written to a temporary sibling and renamed over the target, so an interrupted run
   leaves the previous file or the new one, never half of one. Only a regular file (or nothing)
   is replaced: a folder, a symbolic link or a device under the target name is refused. A
-  command's file output (:func:`check_new_file`) is never one of its inputs, nor inside one,
-  and replaces an existing file only when the user says so (``--overwrite``).
+  command's output, a file or a folder, is never one of its inputs, inside one or holding one
+  (:func:`check_not_input`); a file replaces one only if the user says so (``--overwrite``).
 - A folder output is built in a temporary sibling and swapped in. It replaces only an empty
   folder or an earlier output of the same kind whose every file demitasse wrote there, as its
   marker (:data:`MARKER`, written last) lists them with sizes and SHA-256: else one line names
@@ -170,11 +170,6 @@ def _target_tag(target: Path) -> str:
     return ".dt-" + hashlib.sha1(target.name.encode("utf-8", "surrogatepass")).hexdigest()[:10]
 
 
-def _temporary_prefix(target: Path) -> str:
-    """``.dt-<name hash>-<pid>-<machine>-``: the target and the run a temporary belongs to."""
-    return f"{_target_tag(target)}-{os.getpid()}-{_MACHINE}-"
-
-
 def _is_stale(path: Path, rest: str) -> bool:
     """Whether the temporary ``path`` (``rest``: its name after the target's tag) is a killed
     run's: its process is gone, or it is another machine's or unnamed and long untouched."""
@@ -253,7 +248,8 @@ def _temporary(target: Path, suffix: str, folder: bool) -> Path:
     """A new temporary file or folder beside ``target``, noted as being written. Called with
     signals held, and assigned before they are let through: else nobody would remove it."""
     maker = tempfile.mkdtemp if folder else tempfile.mkstemp
-    made = maker(dir=target.parent, prefix=_temporary_prefix(target), suffix=suffix)
+    prefix = f"{_target_tag(target)}-{os.getpid()}-{_MACHINE}-"  # whose run: see the module doc
+    made = maker(dir=target.parent, prefix=prefix, suffix=suffix)
     if isinstance(made, tuple):
         os.close(made[0])
         made = made[1]
@@ -278,15 +274,26 @@ def check_file_target(target: str | Path) -> Path:
     return target
 
 
-def _same_or_inside(target: Path, given: Path) -> bool:
-    """Whether ``target`` is the file ``given`` (a hard link too) or lies in the folder."""
+def _relation(target: Path, given: Path) -> str | None:
+    """How the output ``target`` stands to the input ``given``, however spelt or linked."""
     try:
         if target.exists() and given.exists() and target.samefile(given):
-            return True
+            return "is"
         where, source = target.resolve(), given.resolve()
     except (OSError, RuntimeError, ValueError):
-        return False
-    return where == source or (source.is_dir() and where.is_relative_to(source))
+        return None
+    inside = source.is_dir() and where.is_relative_to(source)
+    holds = where.is_dir() and source.is_relative_to(where)
+    return "is" if where == source else "is inside" if inside else "holds" if holds else None
+
+
+def check_not_input(target: str | Path, inputs: Iterable[str | Path | None]) -> None:
+    """A one-line error if the output ``target`` (a file or a folder) is one of its command's
+    ``inputs``, lies inside one or holds one: writing it would replace what the user gave."""
+    for given in inputs:
+        if given and (where := _relation(Path(target), Path(given))):
+            raise DemitasseError(f"refusing to write {target}: it {where} the input {given}; "
+                                 "choose another output name")  # fmt: skip
 
 
 def check_new_file(
@@ -296,11 +303,7 @@ def check_new_file(
     never one of the command's ``inputs`` (files or folders, a file in one neither), and an
     existing file only with ``overwrite`` (the ``--overwrite`` flag)."""
     target = check_file_target(target)
-    for given in inputs:
-        if given is not None and _same_or_inside(target, Path(given)):
-            where = "is inside" if Path(given).is_dir() else "is"
-            raise DemitasseError(f"refusing to write {target}: it {where} the input {given}; "
-                                 "choose another output name")  # fmt: skip
+    check_not_input(target, inputs)
     if target.exists() and not overwrite:
         raise DemitasseError(
             f"refusing to replace {target}: the file exists; pass --overwrite to replace it"
@@ -581,9 +584,8 @@ def _open_permissions(root: Path) -> None:
     umask = _umask()
     root.chmod(0o777 & ~umask)
     for path in root.rglob("*"):
-        if path.is_symlink():
-            continue
-        path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
+        if not path.is_symlink():
+            path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 @contextlib.contextmanager

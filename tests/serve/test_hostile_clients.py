@@ -1,6 +1,7 @@
 """Clients that would hold the server hostage (issue #49): slow senders, a body shorter than its
-Content-Length, headers never finished, clients that leave mid-request, and a shutdown whose
-grace period ends with a request unanswered. Real servers on loopback, raw sockets."""
+Content-Length, headers never finished, clients that leave mid-request or never read their
+answer, and a shutdown whose grace period ends with a request unanswered. Real servers on
+loopback, raw sockets."""
 
 from __future__ import annotations
 
@@ -185,6 +186,70 @@ def test_a_client_leaving_before_its_answer_frees_the_encoder(
         assert post(url, "/embeddings", {"input": "a dog", "model": "tiny"})[0] == 200
         assert _health(url)["texts"] < 4000
     assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+
+
+#: The send deadline of the unread-answer test, short to keep it fast.
+SEND_TIMEOUT = 1.0
+
+
+def _small_send_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Servers started from here get sockets whose accepted connections (they inherit it) have
+    a 4 KiB send buffer: an unread answer then waits in the server's memory after a few KiB,
+    not after the megabytes loopback would buffer in the kernel."""
+    import demitasse.serve
+
+    bind = demitasse.serve.bind
+
+    def small(host: str, port: int) -> socket.socket:
+        sock = bind(host, port)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        return sock
+
+    monkeypatch.setattr(demitasse.serve, "bind", small)
+
+
+def _drained(conn: socket.socket) -> bytes:
+    """What the server sent before it closed (or reset) the connection."""
+    reply = b""
+    try:
+        while chunk := conn.recv(1 << 16):
+            reply += chunk
+    except ConnectionResetError:
+        pass
+    conn.close()
+    return reply
+
+
+def test_an_answer_left_unread_is_dropped_at_the_send_deadline(
+    model: CompressedModel, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.INFO, logger="demitasse.serve")
+    _small_send_buffers(monkeypatch)
+    body = json.dumps({"input": ["a dog plays"] * 2000, "model": "tiny"}).encode()
+    with running(model, limits=Limits(max_concurrent=1), send_timeout_s=SEND_TIMEOUT) as url:
+        # A client that asks for about 700 KB and never reads: a 1 KiB receive window, set
+        # before it connects, fills at once.
+        unread = socket.socket()
+        unread.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+        unread.settimeout(60)
+        unread.connect(("127.0.0.1", _port(url)))
+        unread.sendall(_head(len(body), "never-read") + body)
+        assert _log_lines(caplog, "never-read POST /v1/embeddings → 200")
+        answered = time.monotonic()
+        lines = _log_lines(caplog, "answer left unread")
+        elapsed = time.monotonic() - answered
+        assert len(lines) == 1 and lines[0].startswith("never-read answer left unread"), lines
+        assert f"for {SEND_TIMEOUT:g} s" in lines[0] and "connection closed" in lines[0]
+        assert SEND_TIMEOUT * 0.5 <= elapsed < SEND_TIMEOUT + MARGIN, elapsed
+        # Served after it, the same answer read as it comes (never cut, however large); the
+        # unread one was dropped, not kept to be sent whenever its client reads.
+        full = _reply(_send(url, _head(len(body)) + body))
+        assert full.startswith(b"HTTP/1.1 200 ") and len(full) > 500_000
+        assert len(_drained(unread)) < len(full) // 10
+        health = _health(url)
+        assert health["unread"] == 1 and health["in_flight"] == 0
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
+    assert len(_log_lines(caplog, "answer left unread")) == 1
 
 
 def _start(model_dir: Path, *options: str) -> tuple[subprocess.Popen, str]:

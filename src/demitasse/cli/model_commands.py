@@ -125,8 +125,9 @@ def _add_export_parser(commands: Any) -> None:
     export.add_argument("model", help="model directory, or encoder name / path")
     export.add_argument("--format", default="sentence-transformers",
                         choices=("sentence-transformers", "model2vec", "onnx"),
-                        help="onnx: the model directory again, carrying its transformer "
-                        "encoder as an ONNX graph (encode runs it without torch)")  # fmt: skip
+                        help="onnx: the model directory again, in another folder, carrying "
+                        "its transformer encoder as an ONNX graph (encode runs it without "
+                        "torch)")  # fmt: skip
     export.add_argument(
         "--layer", type=positive_int, default=None, help="encoder only: keep blocks 1..L"
     )
@@ -354,14 +355,20 @@ def _write(model: CompressedModel, codes: Any, args: argparse.Namespace) -> int:
 
 def run_export(args: argparse.Namespace) -> int:
     from demitasse.export import export_model, export_sentence_transformer
+    from demitasse.io import check_not_input
     from demitasse.model import CompressedModel, is_model_dir
 
+    # As every command's output: never what it reads (``export M --format onnx --out M`` would
+    # swap the user's model for a copy); a hub name is no folder of the user's.
+    check_not_input(args.out, [args.model] if Path(args.model).exists() else [])
     if args.format == "onnx" and not is_model_dir(args.model):
         raise DemitasseError("--format onnx takes a model directory written by 'fit'")
     if is_model_dir(args.model):
         if args.layer is not None:
             raise DemitasseError("--layer applies to an encoder; a model directory has its cut")
         model = CompressedModel.load(args.model, cache=False)
+        encoder = model.recipe.encoder  # saved as an absolute path when it is a local folder
+        check_not_input(args.out, [encoder] if encoder and Path(encoder).is_dir() else [])
         out = export_model(model, args.out, format=args.format, dim=args.dim)
     elif args.format == "model2vec":
         from demitasse.export import export_model2vec

@@ -82,6 +82,13 @@ def _add_limit_arguments(serve: argparse.ArgumentParser) -> None:
         help="seconds a request's headers, then its body, may take to arrive (then 408)",
     )
     limits.add_argument(
+        "--send-timeout",
+        type=positive_float,
+        default=30.0,
+        help="seconds an answer may lie unread once the socket's buffers are full (then the "
+        "connection is closed and the answer dropped)",
+    )
+    limits.add_argument(
         "--grace",
         type=non_negative_int,
         default=30,
@@ -117,6 +124,7 @@ def run_serve(args: argparse.Namespace) -> int:
         batch_wait_ms=args.batch_wait_ms,
         batching=not args.no_batching,
         body_timeout_s=args.body_timeout,
+        send_timeout_s=args.send_timeout,
     )
     log = logging.getLogger("demitasse.serve")
     log.setLevel(logging.WARNING if args.quiet else logging.INFO)

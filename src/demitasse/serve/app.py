@@ -6,9 +6,11 @@ shape). The server serves the one model it was started with; a request names it,
 
 No client can hold the server hostage: a body must arrive within ``body_timeout_s`` of the
 request's start (else 408, connection closed), and only requests whose body has arrived count
-towards ``max_concurrent``, so slow senders hold no slot; a client that goes away is one log
-line, and its chunks still queued are never encoded; a request cut at the end of the shutdown
-grace period is answered 503 in OpenAI's error format and counted.
+towards ``max_concurrent``, so slow senders hold no slot; an answer its client leaves unread
+is dropped with its connection after ``send_timeout_s`` (:mod:`demitasse.serve.server`); a
+client that goes away is one log line, and its chunks still queued are never encoded; a
+request cut at the end of the shutdown grace period is answered 503 in OpenAI's error format
+and counted.
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ class ServeSettings:
     batching: bool = True
     #: Seconds a request's body may take to arrive, from the request's start (then 408).
     body_timeout_s: float = 10.0
+    #: Seconds an answer may wait, unread, once the socket's buffers are full (then closed).
+    send_timeout_s: float = 30.0
 
 
 @dataclass
@@ -78,6 +82,7 @@ class ServerCounters:
     in_flight: int = 0  # requests whose body has arrived: what ``max_concurrent`` bounds
     receiving: int = 0  # requests whose body is still arriving: they hold no slot
     timed_out: int = 0  # dropped with a 408: headers or body slower than the deadline
+    unread: int = 0  # closed with their answer unread at the send deadline
     disconnected: int = 0  # clients gone before their answer
     cut: int = 0  # answered 503 at the end of the shutdown grace period
 
@@ -140,6 +145,7 @@ def _add_health_route(
             "in_flight": counters.in_flight,
             "receiving": counters.receiving,
             "timed_out": counters.timed_out,
+            "unread": counters.unread,
             "disconnected": counters.disconnected,
             "batches": stats.batches,
             "texts": stats.texts,

@@ -5,7 +5,8 @@ On SIGTERM (or SIGINT) uvicorn stops accepting connections, lets the requests in
 encoder thread; what is still unanswered then gets a 503 and the log counts it.
 
 uvicorn drops a keep-alive connection idle between requests, but not one that never finishes
-its request's headers: :func:`deadline_protocol` adds that deadline (a 408, then closed).
+its request's headers, nor one whose client never reads its answer: :func:`deadline_protocol`
+adds those deadlines (a 408, then closed; closed, the answer dropped).
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def serve(
         access_log=False,
         timeout_graceful_shutdown=shutdown_timeout_s,
         timeout_keep_alive=KEEP_ALIVE_S,
-        http=deadline_protocol(settings.body_timeout_s, app.counters),
+        http=deadline_protocol(settings, app.counters),
         loop="asyncio",
         lifespan="on",
     )
@@ -135,13 +136,16 @@ def _log_stop(stopped_by: list[int], cut: int, grace_s: int) -> None:
         logger.warning("%s; every request in flight was answered", how)
 
 
-def deadline_protocol(header_timeout_s: float, counters: ServerCounters) -> type[asyncio.Protocol]:
+def deadline_protocol(settings: ServeSettings, counters: ServerCounters) -> type[asyncio.Protocol]:
     """uvicorn's h11 protocol, with a deadline on what waits for the client and for no one
     else: a connection opened, or a request started, whose headers are not complete within
-    ``header_timeout_s`` gets a 408 (nothing, if it sent nothing) and is closed; so is one
-    still sending a body after its answer went out (a refusal that did not read it)."""
+    ``body_timeout_s`` gets a 408 (nothing, if it sent nothing) and is closed; so is one still
+    sending a body after its answer went out (a refusal that did not read it); one whose
+    answer lies unread for ``send_timeout_s`` is closed (:class:`_UnreadAnswer`)."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    header_timeout_s, send_timeout_s = settings.body_timeout_s, settings.send_timeout_s
 
     class DeadlineProtocol(H11Protocol):
         _deadline: asyncio.TimerHandle | None = None
@@ -149,6 +153,7 @@ def deadline_protocol(header_timeout_s: float, counters: ServerCounters) -> type
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)  # type: ignore[arg-type]
             self._deadline = self.loop.call_later(header_timeout_s, self._expired)
+            self._unread = _UnreadAnswer(send_timeout_s, counters)
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
@@ -159,7 +164,16 @@ def deadline_protocol(header_timeout_s: float, counters: ServerCounters) -> type
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            self._unread.disarm()
             super().connection_lost(exc)
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            self._unread.arm(self)
+
+        def resume_writing(self) -> None:
+            self._unread.disarm()
+            super().resume_writing()
 
         def _waiting_on_client(self) -> bool:
             theirs, ours = self.conn.their_state, self.conn.our_state
@@ -175,14 +189,59 @@ def deadline_protocol(header_timeout_s: float, counters: ServerCounters) -> type
             if self.transport.is_closing() or not self._waiting_on_client():
                 return
             if self.conn.their_state is h11.IDLE and self.conn.trailing_data[0]:
-                counters.timed_out += 1
-                client = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
-                logger.info("%s sent no complete request headers within %g s: 408, closed",
-                            client, header_timeout_s)  # fmt: skip
-                self.transport.write(_headers_timeout_response(header_timeout_s))
+                _answer_408(self, header_timeout_s, counters)
             self.transport.close()
 
     return DeadlineProtocol
+
+
+class _UnreadAnswer:
+    """The send deadline of one connection. uvicorn hands the transport an answer whole, read
+    or not: what the socket's buffers cannot take waits in memory, and closing the transport
+    waits for it to be sent, so a client that never reads would keep its connection and its
+    answer for good (and hold a graceful shutdown for all of ``--grace``). Once the buffer
+    passes its high-water mark (asyncio calls ``pause_writing``), the client has ``seconds``
+    to take it below the low one (``resume_writing``), as a body has ``--body-timeout`` to
+    arrive; else the connection is aborted, the answer dropped, and one log line says so.
+    The request's ``max_concurrent`` slot is free by then: it is held until the answer is
+    made, not until it is read."""
+
+    def __init__(self, seconds: float, counters: ServerCounters) -> None:
+        self.seconds, self.counters = seconds, counters
+        self.timer: asyncio.TimerHandle | None = None
+
+    def arm(self, protocol: Any) -> None:  # the connection's H11Protocol
+        if self.timer is None:
+            self.timer = protocol.loop.call_later(self.seconds, self._expired, protocol)
+
+    def disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _expired(self, protocol: Any) -> None:
+        self.timer = None
+        self.counters.unread += 1
+        scope = protocol.cycle.scope if protocol.cycle is not None else {}
+        logger.info(
+            "%s answer left unread by %s for %g s (%d bytes waiting): connection closed",
+            scope.get("demitasse.request_id", "-"), _peer(protocol), self.seconds,
+            protocol.transport.get_write_buffer_size(),
+        )  # fmt: skip
+        protocol.transport.abort()  # close() would wait for the client to read it all
+
+
+def _peer(protocol: Any) -> str:
+    """The client of a connection (uvicorn's protocol), as log lines name it."""
+    return f"{protocol.client[0]}:{protocol.client[1]}" if protocol.client else "a client"
+
+
+def _answer_408(protocol: Any, timeout_s: float, counters: ServerCounters) -> None:
+    """Answer a connection whose request headers did not arrive in time: 408, one log line."""
+    counters.timed_out += 1
+    logger.info("%s sent no complete request headers within %g s: 408, closed",
+                _peer(protocol), timeout_s)  # fmt: skip
+    protocol.transport.write(_headers_timeout_response(timeout_s))
 
 
 def _headers_timeout_response(timeout_s: float) -> bytes:
