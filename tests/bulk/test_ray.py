@@ -129,3 +129,27 @@ def test_every_actor_gets_shards(models: Models, corpus: Path, tmp_path: Path) -
     encoder = stats[stats.index("MapBatches(DemitasseEncoder)") :]
     tasks = int(re.search(r"(\d+) tasks executed", encoder).group(1))  # type: ignore[union-attr]
     assert tasks >= 2, stats
+
+
+def test_starting_ray_keeps_demitasses_sigterm_handler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ray.init puts in a SIGTERM handler of its own (sys.exit(15)): a SIGTERM then ended an
+    ``--engine ray`` run with status 15 and without demitasse's line."""
+    import signal
+    import sys
+
+    import ray
+
+    from demitasse.bulk.ray_engine import RayOptions, _ensure_ray
+
+    def ours(signum, frame) -> None:
+        pass
+
+    monkeypatch.delenv("RAY_DATA_LOG_LEVEL", raising=False)  # put back as it was afterwards
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **_: signal.signal(signal.SIGTERM, sys.exit))
+    previous = signal.signal(signal.SIGTERM, ours)
+    try:
+        _ensure_ray(RayOptions())
+        assert signal.getsignal(signal.SIGTERM) is ours
+    finally:
+        signal.signal(signal.SIGTERM, previous)

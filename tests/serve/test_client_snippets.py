@@ -1,5 +1,6 @@
-"""docs/serve.md's client snippets (plain requests, LangChain) run as written against a real
-server on loopback (issue #50: LangChain needs check_embedding_ctx_length=False offline)."""
+"""docs/serve.md's client snippets (plain requests, LangChain, LlamaIndex) run as written against
+a real server on loopback (issue #50: LangChain needs check_embedding_ctx_length=False offline;
+LlamaIndex's OpenAIEmbedding refuses a model name not on OpenAI's list)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,11 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "serve.md"
 def _snippets() -> dict[str, str]:
     section = DOC.read_text(encoding="utf-8").split("## Clients", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    return {("langchain" if "langchain" in b else "requests"): b for b in blocks}
+    found = {}
+    for block in blocks:
+        name = next((n for n in ("langchain", "llama_index") if n in block), "requests")
+        found[name] = block
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +58,17 @@ def test_langchain_offline(served: tuple[str, CompressedModel]) -> None:
     vector = np.asarray(found["vectors"][0], dtype=np.float32)
     assert float(vector @ expected / np.linalg.norm(expected)) > 0.99999
     assert len(found["query"]) == len(expected)
+
+
+def test_llamaindex_offline(served: tuple[str, CompressedModel]) -> None:
+    pytest.importorskip("llama_index.embeddings.openai_like")
+    base_url, model = served
+    found = _run(_snippets()["llama_index"], base_url)
+    # LlamaIndex sends "\n" as " ", which a whitespace-splitting tokenizer reads the same.
+    lines = found["embeddings"].get_text_embedding_batch(["How do I\nreset my password?"])
+    texts = ["How do I reset my password?", "password reset", "How do I\nreset my password?"]
+    expected = model.encode(texts, precision="float32")
+    vectors = np.asarray([found["vectors"][0], found["query"], lines[0]], dtype=np.float32)
+    assert vectors.shape == expected.shape
+    cosines = np.sum(vectors * expected, axis=1) / np.linalg.norm(expected, axis=1)
+    assert cosines.min() > 0.99999

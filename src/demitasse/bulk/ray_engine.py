@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +25,7 @@ import numpy as np
 from demitasse.bulk.actors import DemitasseEncoder, DemitasseRecompressor
 from demitasse.bulk.job import EMBED, BulkJob, ShardSink
 from demitasse.bulk.manifest import Manifest
+from demitasse.bulk.ray_stderr import without_false_alarm
 from demitasse.bulk.sources import count_records, iter_chunks
 from demitasse.errors import DataError, DemitasseError
 
@@ -89,12 +92,17 @@ def _ensure_ray(options: RayOptions) -> Any:
     except ImportError:
         raise DemitasseError("--engine ray needs Ray Data: pip install 'demitasse[ray]'") from None
     if not ray.is_initialized():
-        # Ray's C++ core logs actor notes on stderr; a command-line run shows errors only.
-        os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
+        # Not RAY_BACKEND_LOG_LEVEL: the driver's C++ core writes only errors to stderr
+        # anyway, and setting it adds a line there saying it was set.
         # Ray Data re-reads its logging set-up at every execution; only this survives that.
         os.environ.setdefault("RAY_DATA_LOG_LEVEL", "ERROR")
+        # ray.init puts in a SIGTERM handler of its own (sys.exit(15)), which would end the run
+        # without demitasse's one line and exit status 143; the one that was there goes back.
+        on_sigterm = signal.getsignal(signal.SIGTERM)
         ray.init(address=options.address, num_cpus=options.num_cpus, include_dashboard=False,
                  log_to_driver=False, logging_level=logging.ERROR)  # fmt: skip
+        if on_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, on_sigterm)
     # Ray Data's plan, timing and deprecation notes would bury demitasse's one-line output.
     for name in [n for n in logging.root.manager.loggerDict if n.startswith("ray")]:
         logging.getLogger(name).setLevel(logging.ERROR)
@@ -136,18 +144,20 @@ def run_ray(
     pieces = pending_pieces(job, manifest)
     if not pieces:
         return
+    # Built (and Ray started) before stderr is filtered: Ray's daemons, started with it, would
+    # hold the filter's pipe open after the run.
+    dataset = _dataset(job, pieces, options)
     sink = ShardSink(job, manifest, model)
     expected = {(p["file"], p["shard"]): p["rows"] for p in pieces}
     last = {p["file"]: p["shard"] for p in pieces}
     received: dict[tuple[int, int], int] = {}
     try:
-        for batch in _dataset(job, pieces, options).iter_batches(
-            batch_size=None, batch_format="numpy"
-        ):
-            for key, ids, codes, empty in _runs(batch):
-                received[key] = received.get(key, 0) + len(ids)
-                sink.add(key[0], key[1], ids, codes, empty)
-                progress.update(len(ids))
+        with without_false_alarm():
+            for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
+                for key, ids, codes, empty in _runs(batch):
+                    received[key] = received.get(key, 0) + len(ids)
+                    sink.add(key[0], key[1], ids, codes, empty)
+                    progress.update(len(ids))
         sink.finish(-1, last=False)
     finally:
         sink.abandon()
