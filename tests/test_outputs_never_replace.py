@@ -14,8 +14,10 @@ line on stderr, and leaves every file as it was.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -256,6 +258,206 @@ def test_4_export_never_replaces_the_model_or_encoder_it_reads(
     _fails(capsys, ["export", str(fitted), "--out", str(encoder)], "is the input", "encoder")
     _fails(capsys, ["export", str(encoder), "--out", str(tmp_path)], "holds the input")
     assert _tree(tmp_path) == before
+
+
+# ---- 4. one rule for every command: no output is, holds or lies inside one of its inputs -----
+
+#: An output is each of these to an input: the input itself, its folder, a path inside it.
+RELATIONS = {"is": "is", "holds": "holds", "inside": "is inside"}
+FOLDER, FILE = ("is", "holds", "inside"), ("is", "holds")
+#: Folders an output may lie inside: results a report renders, the shared data folder.
+MAY_NEST = ("is", "holds")
+#: A file output cannot hold a folder (it is refused as a folder, whatever it holds), and one
+#: named as a folder input is refused for its missing suffix: inside a folder, or a file itself.
+IN_FOLDER, AS_FILE = ("inside",), ("is",)
+_TUNE = "tune --model @encoder --min-retention 0.9"
+_STATIC = "distill-static --corpus @texts --teacher @encoder"
+#: (command line, the input it is checked against, how the output under test stands to it):
+#: ``@name`` is that input (each in a folder of its own), ``@out`` the output under test and
+#: ``@new`` a fresh folder for a command's other output.
+OUTPUT_CASES = [
+    *[("fit --model @encoder --texts @texts --no-onnx --out @out", name, relations)
+      for name, relations in (("encoder", FOLDER), ("texts", FILE))],
+    ("fit --vectors @vectors --compressor pca --dim 4 --out @out", "vectors", FILE),
+    ("fit --vectors @shards --compressor pca --dim 4 --out @out", "shards", FOLDER),
+    ("fit --vectors @shards/*.parquet --compressor pca --dim 4 --out @out", "shard", FILE),
+    ("fit --model @encoder --texts @texts --pairs @pairs --out @out", "pairs", FILE),
+    ("fit --model @encoder --texts @texts --beir @beir --out @out", "beir", FOLDER),
+    *[("fit --model @encoder --texts @texts --corpus @corpus --queries @queries "
+       "--qrels @qrels --out @out", name, FILE) for name in ("corpus", "queries", "qrels")],
+    *[("eval --model @model --out @out", name, FOLDER) for name in ("model", "encoder")],
+    *[("eval --model @encoder --fit-data @texts --datasets @pairs --out @out", name, relations)
+      for name, relations in (("encoder", FOLDER), ("texts", FILE), ("pairs", FILE))],
+    *[("eval --model @model --beir @beir --vectors @vectors --out @out", name, relations)
+      for name, relations in (("beir", FOLDER), ("vectors", FILE))],
+    *[("eval --model @model --corpus @corpus --queries @queries --qrels @qrels --out @out",
+       name, FILE) for name in ("corpus", "queries", "qrels")],
+    # Inside the shared data folder a results folder may go: its data sets are named files.
+    ("eval --model @model --data-dir @data --out @out", "data", MAY_NEST),
+    # A report may be written inside the results it renders (eval puts its own there).
+    ("report @results --out @out", "results", MAY_NEST),
+    ("report @results_json --out @out", "results_json", FILE),
+    *[("demo --model @encoder --data-dir @data --out @out", name, relations)
+      for name, relations in (("encoder", FOLDER), ("data", MAY_NEST))],
+    *[(f"{_TUNE} --beir @beir {out}", name, FOLDER) for name in ("encoder", "beir")
+      for out in ("--out @out", "--out @new --work-dir @out")],
+    *[(f"{_TUNE} --corpus @corpus --queries @queries --qrels @qrels --out @out", name, FILE)
+      for name in ("corpus", "queries", "qrels")],
+    *[(f"{_TUNE} --pairs @pairs --static @static --out @out", name, relations)
+      for name, relations in (("pairs", FILE), ("static", FOLDER))],
+    *[("train --model @encoder --data-dir @data --out @out", name, relations)
+      for name, relations in (("encoder", FOLDER), ("data", MAY_NEST))],
+    ("train --model @encoder --exit-heads --frozen-encoder --distil 8 --texts @texts --out @out",
+     "texts", FILE),
+    *[(f"{_STATIC} {out}", name, relations)
+      for name, relations in (("texts", FILE), ("encoder", FOLDER))
+      for out in ("--out @out", "--out @new --model2vec @out", "--out @new --work-dir @out")],
+    *[("export @model --out @out", name, FOLDER) for name in ("model", "encoder")],
+    ("export @encoder --layer 1 --out @out", "encoder", FOLDER),
+    *[("encode @model --input @table --out @out", name, relations)
+      for name, relations in (("model", IN_FOLDER), ("encoder", IN_FOLDER), ("table", AS_FILE))],
+    *[("transform @compressor --input @vectors --out @out", name, relations)
+      for name, relations in (("compressor", IN_FOLDER), ("vectors", AS_FILE))],
+    *[("transform @model --input @vectors --out @out", name, IN_FOLDER)
+      for name in ("model", "encoder")],
+    *[("embed @model --input @texts --out @out", name, relations)
+      for name, relations in (("model", FOLDER), ("encoder", FOLDER), ("texts", FILE))],
+    *[("recompress @model --input @shards/*.parquet --out @out", name, relations)
+      for name, relations in (("model", FOLDER), ("shard", FILE))],
+    *[("index @model --input @texts --db @out", name, relations)
+      for name, relations in (("model", FOLDER), ("encoder", FOLDER), ("texts", FILE))],
+    ("index @model --input @texts --vectors @vectors --db @out", "vectors", FILE),
+]  # fmt: skip
+
+
+def _digests(folder: Path) -> dict[str, str | None]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        if p.is_file() else None
+        for p in sorted(folder.rglob("*"))
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def inputs(files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every kind of input a command reads, each alone in a folder of its own (which holds it
+    and nothing else), and a model whose local encoder folder is one of them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.helpers import write_beir
+
+    home = tmp_path_factory.mktemp("homes")
+    found = {name: home / name / name for name in ("encoder", "shards", "static", "data")}
+    shutil.copytree(files["tiny"], found["encoder"])
+    found["shard"] = found["shards"] / "part-0.parquet"
+    found["shards"].mkdir(parents=True)
+    vectors = np.load(files["vectors"])
+    pq.write_table(pa.table({"embedding": list(vectors)}), found["shard"])
+    for name in ("static", "data"):
+        found[name].mkdir(parents=True)
+        (found[name] / "kept.txt").write_text("the user's")
+    beir = write_beir(home / "beir" / "beir")
+    for name, source in (("texts", files["texts"]), ("pairs", files["pairs"]),
+                         ("vectors", files["vectors"]), ("corpus", beir / "corpus.jsonl"),
+                         ("queries", beir / "queries.jsonl"),
+                         ("qrels", beir / "qrels" / "test.tsv")):  # fmt: skip
+        found[name] = home / name / source.name
+        found[name].parent.mkdir()
+        shutil.copy(source, found[name])
+    found["table"] = home / "table" / "texts.parquet"
+    found["table"].parent.mkdir()
+    pq.write_table(pa.table({"text": [a for a, _, _ in PAIRS]}), found["table"])
+    found["compressor"] = home / "compressor" / "pca"
+    shutil.copytree(files["pca"], found["compressor"])
+    found["results"] = home / "results" / "results"
+    found["results"].mkdir(parents=True)
+    found["results_json"] = found["results"] / "results.json"
+    found["results_json"].write_text("[]")
+    found["model"] = home / "model" / "model"
+    fit = ["fit", "--model", str(found["encoder"]), "--texts", str(files["texts"]), "--no-onnx"]
+    with pytest.MonkeyPatch.context() as patch:  # before the tests' own isolation
+        patch.setenv("DEMITASSE_CACHE", str(files["root"] / "cache"))
+        assert main([*fit, "--compressor", "pca", "--out", str(found["model"])]) == 0
+    return {"home": home, "beir": beir, **found}
+
+
+@pytest.mark.parametrize(
+    ("command", "name", "relation"),
+    [
+        (command, name, relation)
+        for command, name, relations in OUTPUT_CASES
+        for relation in relations
+    ],
+)
+def test_4_no_output_is_holds_or_lies_inside_an_input_of_its_command(
+    command: str,
+    name: str,
+    relation: str,
+    inputs: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    given = inputs[name]
+    suffix = "codes.npy" if command.split()[0] in ("encode", "transform") else "out"
+    out = {"is": given, "holds": given.parent, "inside": given / suffix}[relation]
+    paths = {**{key: str(path) for key, path in inputs.items()}, "out": str(out),
+             "new": str(tmp_path / "new")}  # fmt: skip
+    argv = [re.sub(r"@(\w+)", lambda m: paths[m[1]], word) for word in command.split()]
+    before = _digests(inputs["home"])
+    # Refused at once, before any model loads or data are read: the one rule, in one line
+    # that names the input, whatever else the command would have said of that output.
+    _fails(capsys, argv, f"it {RELATIONS[relation]} the input", given.name)
+    assert _digests(inputs["home"]) == before
+    assert not list(tmp_path.iterdir())
+
+
+def test_4_every_output_flag_of_every_command_is_in_the_table() -> None:
+    from demitasse.cli.main import build_parser
+    from tests.test_vocabulary import _subparsers
+
+    outputs = {"--out", "--db", "--work-dir", "--model2vec"}
+    written = {
+        (command, flag)
+        for command, parser in _subparsers(build_parser()).items()
+        for action in parser._actions
+        for flag in set(action.option_strings) & outputs
+    }
+    tested = {(line.split()[0], flag) for line, _, _ in OUTPUT_CASES
+              for flag in outputs if f"{flag} @out" in line}  # fmt: skip
+    written.discard(("search", "--db"))  # read, never written
+    assert written == tested, sorted(written ^ tested)
+
+
+def test_4_eval_never_replaces_a_results_folder_holding_its_model(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An evaluation's folder into which the user put the model it evaluates: the model's own
+    # marker makes it demitasse's, so the folder passed as a replaceable output.
+    results = tmp_path / "results"
+    with atomic_directory(results, kind="evaluation results") as tmp:
+        (tmp / "results.json").write_text("[]")
+    shutil.copytree(files["text-model"], results / "model")
+    before = _tree(tmp_path)
+    evaluate = ["eval", "--model", str(results / "model"), "--out", str(results)]
+    _fails(capsys, evaluate, "holds the input", str(results / "model"))
+    assert _tree(tmp_path) == before
+
+
+def test_4_outputs_of_one_command_are_apart(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The last output written would be refused (or replace the first) once the work is done.
+    model = str(tmp_path / "m")
+    tune = ["tune", "--model", str(files["tiny"]), "--pairs", str(files["pairs"]),
+            "--min-retention", "0.9", "--out", model]  # fmt: skip
+    _fails(capsys, [*tune, "--work-dir", model], "--work-dir", "is --out")
+    _fails(capsys, [*tune, "--work-dir", f"{model}/work"], "is inside --out")
+    static = ["distill-static", "--corpus", str(files["texts"]), "--teacher", str(files["tiny"]),
+              "--out", model]  # fmt: skip
+    _fails(capsys, [*static, "--model2vec", model], "--model2vec", "is --out")
+    _fails(capsys, [*static, "--work-dir", str(tmp_path)], "--work-dir", "holds --out")
+    assert not list(tmp_path.iterdir())
 
 
 # ---- 4. index writes only into a database demitasse created ----------------------------------

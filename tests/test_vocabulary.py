@@ -114,7 +114,7 @@ def test_the_commands_share_one_vocabulary_of_flags() -> None:
     assert flags["--out"] == writers
     assert flags["--compressor"] == {"fit", "eval"} and flags["--compressors"] == {"tune"}
     assert flags["--objective"] == {"train"}
-    assert flags["--vector-column"] == {"fit", "transform", "recompress", "index"}
+    assert flags["--vector-column"] == {"fit", "transform", "recompress", "index", "eval"}
     assert flags["--max-steps"] == {"train", "distill-static"}
 
 

@@ -6,7 +6,8 @@ Every file and folder demitasse writes goes through here:
   leaves the previous file or the new one, never half of one. Only a regular file (or nothing)
   is replaced: a folder, a symbolic link or a device under the target name is refused. A
   command's output, a file or a folder, is never one of its inputs, inside one or holding one
-  (:func:`check_not_input`); a file replaces one only if the user says so (``--overwrite``).
+  (:func:`check_not_input`, from :mod:`demitasse.io_targets`); a file replaces one only if
+  the user says so (``--overwrite``).
 - A folder output is built in a temporary sibling and swapped in. It replaces only an empty
   folder or an earlier output of the same kind whose every file demitasse wrote there, as its
   marker (:data:`MARKER`, written last) lists them with sizes and SHA-256: else one line names
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from demitasse.errors import DemitasseError
+from demitasse.io_targets import check_not_input
 
 #: Written last into every folder output: ``{"kind", "complete": true, "files": {name: [size,
 #: sha256]}, "links": {name: target}, "folders": [name, ...]}``, names relative with ``/``.
@@ -274,28 +276,6 @@ def check_file_target(target: str | Path) -> Path:
     return target
 
 
-def _relation(target: Path, given: Path) -> str | None:
-    """How the output ``target`` stands to the input ``given``, however spelt or linked."""
-    try:
-        if target.exists() and given.exists() and target.samefile(given):
-            return "is"
-        where, source = target.resolve(), given.resolve()
-    except (OSError, RuntimeError, ValueError):
-        return None
-    inside = source.is_dir() and where.is_relative_to(source)
-    holds = where.is_dir() and source.is_relative_to(where)
-    return "is" if where == source else "is inside" if inside else "holds" if holds else None
-
-
-def check_not_input(target: str | Path, inputs: Iterable[str | Path | None]) -> None:
-    """A one-line error if the output ``target`` (a file or a folder) is one of its command's
-    ``inputs``, lies inside one or holds one: writing it would replace what the user gave."""
-    for given in inputs:
-        if given and (where := _relation(Path(target), Path(given))):
-            raise DemitasseError(f"refusing to write {target}: it {where} the input {given}; "
-                                 "choose another output name")  # fmt: skip
-
-
 def check_new_file(
     target: str | Path, *, overwrite: bool, inputs: Iterable[str | Path | None] = ()
 ) -> Path:
@@ -517,15 +497,22 @@ def _check_directory(target: Path, kind: str, recognise: Callable[[Path], bool] 
 
 
 def check_directory_target(
-    target: str | Path, kind: str, recognise: Callable[[Path], bool] | None = None
+    target: str | Path,
+    kind: str,
+    recognise: Callable[[Path], bool] | None = None,
+    *,
+    inputs: Iterable[str | Path | None] = (),
+    nested: bool = False,
 ) -> Path:
     """``target`` as a Path if a ``kind`` output may be written there, else a one-line error.
 
     Allowed: nothing there, an empty folder, an earlier output of the same kind whose every
     file its marker lists as written there (unchanged), or a folder ``recognise`` knows to be
-    demitasse's own (its cache). What killed runs left beside it is removed first.
+    demitasse's own (its cache); never one of the command's ``inputs``, inside one (unless
+    ``nested``) or holding one. What killed runs left beside it is removed first.
     """
     target = Path(target)
+    check_not_input(target, inputs, nested=nested)  # first: the one message that names the input
     clear_leftovers(target)
     _check_directory(target, kind, recognise)
     return target

@@ -251,10 +251,26 @@ def holds_saved_output(path: str | Path) -> bool:
     return False
 
 
-def check_model_target(path: str | Path) -> Path:
+def check_model_target(path: str | Path, inputs: Iterable[str | Path | None] = ()) -> Path:
     """``path`` as a Path if a model may be saved there (nothing, an empty folder or a model
-    saved by demitasse), else a one-line error: for callers that check first."""
-    return check_directory_target(path, kind=OUTPUT_KIND)
+    saved by demitasse; none of ``inputs``, inside or holding one), else a one-line error: for
+    callers that check first."""
+    return check_directory_target(path, kind=OUTPUT_KIND, inputs=inputs)
+
+
+def model_inputs(model: str | Path | None) -> list[str]:
+    """What a command reads of the user's through its model argument, read without loading
+    it: the path itself when it exists, and the local encoder folder a model directory names
+    (its files are read too; a hub name is nothing of the user's)."""
+    if model is None or not Path(model).expanduser().exists():
+        return []
+    found = [str(model)]
+    if is_model_dir(model):
+        encoder = read_model_config(model).get("encoder")
+        source = encoder.get("source") if isinstance(encoder, dict) else None
+        if isinstance(source, str) and Path(source).is_dir():
+            found.append(source)
+    return found
 
 
 def read_model_dir(path: str | Path) -> SavedModel:

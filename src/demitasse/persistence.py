@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +43,13 @@ def _saved_kind(config: dict[str, Any]) -> str:
     return str(config.get("kind", config.get("method", "saved object")))
 
 
-def check_saved_target(path: str | Path, kind: str) -> Path:
+def check_saved_target(
+    path: str | Path, kind: str, inputs: Iterable[str | Path | None] = ()
+) -> Path:
     """``path`` as a Path if :func:`write_saved` may save a ``kind`` there (the ``kind`` or
-    ``method`` of its config), else a one-line error: for callers that check before working."""
-    return check_directory_target(path, kind=kind)
+    ``method`` of its config; none of ``inputs``, inside or holding one), else a one-line
+    error: for callers that check before working."""
+    return check_directory_target(path, kind=kind, inputs=inputs)
 
 
 def write_saved(

@@ -22,7 +22,7 @@ from demitasse.cli.arguments import (
 from demitasse.cli.given_vectors import add_vectors_arguments
 from demitasse.compress.binary import ROTATIONS as BINARY_ROTATIONS
 from demitasse.errors import DemitasseError, require_library
-from demitasse.io import atomic_directory, check_directory_target
+from demitasse.io import atomic_directory, check_directory_target, check_not_input
 from demitasse.search import RESCORE_PRECISIONS
 
 if TYPE_CHECKING:
@@ -173,13 +173,16 @@ def run_eval(args: argparse.Namespace) -> int:
     from demitasse.model import is_model_dir
 
     _require_plots("demitasse eval")
+    out = Path(args.out or "demitasse-results")
+    # Before the retrieval data and --vectors are read: a refused output costs nothing.
+    _check_results_target(out, _eval_inputs(args), args.data_dir)
     search = search_options(args)
     if args.model is not None and is_model_dir(args.model):
-        _evaluate_model_dir(args, search)
+        _evaluate_model_dir(args, search, out)
         return 0
     sweep = Sweep(
         model=args.model,
-        out=Path(args.out or "demitasse-results"),
+        out=out,
         data_dir=args.data_dir,
         batch_size=args.batch_size,
         layers=args.layers or "last",
@@ -196,11 +199,36 @@ def run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_inputs(args: argparse.Namespace) -> list[str]:
+    """Every path ``eval`` reads: the model (and its encoder folder), the fit texts, STS files
+    and folders, the retrieval data and vectors (names of data sets name no path, and are
+    passed over); the data folder is checked apart (:func:`_check_results_target`)."""
+    from demitasse.model_files import model_inputs
+
+    listed = [part.strip() for value in (args.datasets, args.beir) if value
+              for part in value.split(",")]  # fmt: skip
+    fit_data = None if args.fit_data == STSB_TRAIN else args.fit_data
+    single = (fit_data, args.corpus, args.queries, args.qrels, args.vectors)
+    return [*model_inputs(args.model), *listed, *(path for path in single if path)]
+
+
+def _check_results_target(out: Path, inputs: list[str], data_dir: str | None) -> None:
+    """The results folder, before any work: none of ``inputs``, inside or holding one. The
+    shared data folder it may lie inside (its data sets are named files and folders, which a
+    new folder beside them leaves as they were), but neither be nor hold."""
+    check_not_input(out, [data_dir], nested=True)
+    check_directory_target(out, kind=RESULTS_KIND, inputs=inputs)
+
+
 def run_report(args: argparse.Namespace) -> int:
     from demitasse.evaluation.records import read_records
     from demitasse.report import render_report
+    from demitasse.report.render import REPORT_KIND
 
     _require_plots("demitasse report")
+    # Never one of the results it renders, nor a folder holding one; inside one it may be:
+    # 'eval' writes its report there, a folder of its own the evaluation's marker allows.
+    check_directory_target(args.out, kind=REPORT_KIND, inputs=args.results, nested=True)
     records = [record for path in args.results for record in read_records(path)]
     paths = render_report(records, args.out, title=args.title)
     print(f"report: {paths.html} (one self-contained page) and {paths.markdown}")
@@ -208,7 +236,11 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    from demitasse.model_files import model_inputs
+
     _require_plots("demitasse demo")
+    out = Path(args.out or "demo-results")
+    _check_results_target(out, model_inputs(args.model), args.data_dir)
     print(
         "demitasse demo: all-MiniLM-L6-v2 on STS12-16, STS-B and SICK-R; PCA fitted on STS-B "
         "train sentences; truncation vs PCA at float32 and int8 (cached after the first run)",
@@ -216,7 +248,7 @@ def run_demo(args: argparse.Namespace) -> int:
     )
     sweep = Sweep(
         model=args.model,
-        out=Path(args.out or "demo-results"),
+        out=out,
         data_dir=args.data_dir,
         batch_size=args.batch_size,
         compressors="truncate,pca",
@@ -243,8 +275,8 @@ def _evaluate_sweep(sweep: Sweep, search: SearchOptions | None = None) -> None:
     from demitasse.evaluation.suites import parse_task_names
     from demitasse.loading import load_encoder
 
-    # Parse everything and read the data before the slow model load, so mistakes fail fast.
-    check_directory_target(sweep.out, kind=RESULTS_KIND)
+    # Parse everything and read the data before the slow model load, so mistakes fail fast
+    # (the commands checked the output first).
     specs = parse_compressor_specs(sweep.compressors)
     dims = parse_int_list(sweep.dims, "--dims")
     precisions = parse_precisions(sweep.precisions)
@@ -352,7 +384,7 @@ def _speed_records(
 # ---- a model directory, scored as fitted -----------------------------------------------------
 
 
-def _evaluate_model_dir(args: argparse.Namespace, search: SearchOptions) -> None:
+def _evaluate_model_dir(args: argparse.Namespace, search: SearchOptions, out: Path) -> None:
     """``eval --model DIR``: score exactly the fitted model saved in DIR."""
     from demitasse.cli.eval_options import rescoring_of_model
     from demitasse.cli.given_vectors import saved_width
@@ -365,8 +397,6 @@ def _evaluate_model_dir(args: argparse.Namespace, search: SearchOptions) -> None
     task_names = parse_task_names(search.tasks)
     if "efficiency" in task_names:
         raise DemitasseError("--tasks efficiency takes an encoder name, not a model directory")
-    out = Path(args.out or "demitasse-results")
-    check_directory_target(out, kind=RESULTS_KIND)
     if search.vectors is not None:  # before the load, which writes its files' hashes
         search.vectors.check_width(saved_width(args.model), args.model)
     model = CompressedModel.load(

@@ -161,7 +161,7 @@ def run_fit(args: argparse.Namespace) -> int:
         raise DemitasseError("--layer needs --model: the encoder whose layer made --vectors")
     # Mistakes in the options and the output fail now, not after the encoder loads.
     spec = _compressor_spec(args.compressor, args.dim)
-    check_model_target(args.out)
+    check_model_target(args.out, inputs=_fit_inputs(args))
     if args.vectors is None and (args.sample is not None or args.engine != "local"):
         raise DemitasseError("--sample and --engine apply to --vectors")
     if args.onnx and args.vectors is not None and args.model is None:
@@ -194,6 +194,20 @@ def run_fit(args: argparse.Namespace) -> int:
     else:
         model.fit(vectors=texts_or_vectors, data_label=label, **supervision)
     return _saved(model, args, label)
+
+
+def _fit_inputs(args: argparse.Namespace) -> list[str]:
+    """Every path ``fit`` reads: the encoder, the texts or vectors (a glob's shards, which no
+    single path names), the supervision files."""
+    import glob
+
+    from demitasse.model_files import model_inputs
+
+    vectors = [] if args.vectors is None else [str(args.vectors)]
+    if vectors and glob.has_magic(vectors[0]):
+        vectors = glob.glob(vectors[0])  # noqa: PTH207  (as vector_shards expands it)
+    given = (args.texts, args.pairs, args.beir, args.queries, args.corpus, args.qrels)
+    return [*model_inputs(args.model), *vectors, *(path for path in given if path)]
 
 
 def _saved(model: CompressedModel, args: argparse.Namespace, label: str) -> int:
@@ -302,9 +316,11 @@ def _relevant_pairs(dataset: BeirDataset) -> dict[str, Any]:
 def run_encode(args: argparse.Namespace) -> int:
     from demitasse.data import check_embeddings_target, read_texts
     from demitasse.model import open_model
+    from demitasse.model_files import model_inputs
 
     # A refused output name must not cost an encoding run.
-    check_embeddings_target(args.out, overwrite=args.overwrite, inputs=(args.input, args.model))
+    inputs = (args.input, *model_inputs(args.model))
+    check_embeddings_target(args.out, overwrite=args.overwrite, inputs=inputs)
     model = open_model(args.model, backend=args.backend)  # through the embedding cache
     model.bytes_per_vector(args.dim, args.precision)  # bad dim / precision: fail before work
     texts = read_texts(args.input, column=args.text_column, aligned=True)
@@ -317,8 +333,10 @@ def run_encode(args: argparse.Namespace) -> int:
 def run_transform(args: argparse.Namespace) -> int:
     from demitasse.data import check_embeddings_target, load_embeddings
     from demitasse.model import open_model
+    from demitasse.model_files import model_inputs
 
-    check_embeddings_target(args.out, overwrite=args.overwrite, inputs=(args.input, args.model))
+    inputs = (args.input, *model_inputs(args.model))
+    check_embeddings_target(args.out, overwrite=args.overwrite, inputs=inputs)
     model = open_model(args.model, cache=False)
     model.bytes_per_vector(args.dim, args.precision)
     vectors = load_embeddings(args.input, column=args.vector_column)
@@ -357,18 +375,18 @@ def run_export(args: argparse.Namespace) -> int:
     from demitasse.export import export_model, export_sentence_transformer
     from demitasse.io import check_not_input
     from demitasse.model import CompressedModel, is_model_dir
+    from demitasse.model_files import model_inputs
 
     # As every command's output: never what it reads (``export M --format onnx --out M`` would
-    # swap the user's model for a copy); a hub name is no folder of the user's.
-    check_not_input(args.out, [args.model] if Path(args.model).exists() else [])
+    # swap the user's model for a copy), the model's encoder folder included; before the load,
+    # which writes the hashes of the files it reads.
+    check_not_input(args.out, model_inputs(args.model))
     if args.format == "onnx" and not is_model_dir(args.model):
         raise DemitasseError("--format onnx takes a model directory written by 'fit'")
     if is_model_dir(args.model):
         if args.layer is not None:
             raise DemitasseError("--layer applies to an encoder; a model directory has its cut")
         model = CompressedModel.load(args.model, cache=False)
-        encoder = model.recipe.encoder  # saved as an absolute path when it is a local folder
-        check_not_input(args.out, [encoder] if encoder and Path(encoder).is_dir() else [])
         out = export_model(model, args.out, format=args.format, dim=args.dim)
     elif args.format == "model2vec":
         from demitasse.export import export_model2vec

@@ -52,11 +52,19 @@ def add_distill_static_parser(commands: Any) -> None:  # argparse's subparsers a
 def run_distill_static(args: argparse.Namespace) -> int:
     from demitasse.export import export_model2vec
     from demitasse.export.model2vec import check_export_target
+    from demitasse.io_targets import check_apart, check_not_input
+    from demitasse.model_files import model_inputs
     from demitasse.persistence import check_saved_target
     from demitasse.static.model import METHOD as STATIC_MODEL
     from demitasse.static.pipeline import StaticRecipe, distill_static
 
-    # Outputs that would be refused at the end of a long run are refused now.
+    # Outputs that would be refused at the end of a long run are refused now: none is an
+    # input (the work folder is resumed into, an output too), nor another of them.
+    outputs = {"--out": args.out, "--model2vec": args.model2vec, "--work-dir": args.work_dir}
+    check_apart(outputs)
+    inputs = [args.corpus, *model_inputs(args.teacher)]
+    for output in (path for path in outputs.values() if path):
+        check_not_input(output, inputs)
     check_saved_target(args.out, STATIC_MODEL)
     if args.model2vec:
         check_export_target(args.model2vec)

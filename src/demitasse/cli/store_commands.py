@@ -79,11 +79,16 @@ def add_store_commands(commands: Any) -> None:  # argparse's subparsers action
 
 
 def run_index(args: argparse.Namespace) -> int:
+    from demitasse.io import check_not_input
     from demitasse.model import open_model
+    from demitasse.model_files import model_inputs
     from demitasse.store import LanceStore
 
+    # A database is appended to: it is an output, never one of the inputs, inside or holding
+    # one; then only a folder demitasse created is written into (before any work).
+    check_not_input(args.db, [*model_inputs(args.model), args.input, args.vectors])
     store = LanceStore(args.db, args.table)
-    store.check_writable()  # a folder that is no demitasse database: refused before any work
+    store.check_writable()
     ids, texts = _read_documents(args)
     # Given vectors are checked before the model loads (loading writes its files' hashes).
     given = VectorsFile(args.vectors, args.vector_column, len(ids), args.input)

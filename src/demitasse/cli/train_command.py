@@ -187,6 +187,7 @@ def run_train(args: argparse.Namespace) -> int:
     from demitasse.training.recipes import load_training_sets, make_objective, split_options
     from demitasse.training.trainer import check_run_directory
 
+    _check_out(args)
     if args.distil is not None:
         return _run_distil_heads(args)
     options = _espresso_options(args)
@@ -265,6 +266,17 @@ def _run_distil_heads(args: argparse.Namespace) -> int:
         _log(f"layer {layer}: STS-B dev {before:.2f} -> {after:.2f} with its head")
     print(f"{result.model_dir}  (the model, encoder untouched, with exit heads)")
     return 0
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """The run folder (resumed into: an output, not an input) is none of what the training
+    reads, inside or holding it: checkpoints written there would replace the model trained.
+    Inside the shared data folder it may lie, as eval's results may."""
+    from demitasse.io import check_not_input
+    from demitasse.model_files import model_inputs
+
+    check_not_input(args.out, [*model_inputs(args.model), args.texts])
+    check_not_input(args.out, [args.data_dir], nested=True)
 
 
 def _espresso_options(args: argparse.Namespace) -> dict[str, Any]:

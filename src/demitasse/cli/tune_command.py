@@ -130,6 +130,7 @@ def run_tune(args: argparse.Namespace) -> int:
     codes = None if args.codes is None else parse_codes(args.codes)
     out = Path(args.out)
     work = Path(args.work_dir) if args.work_dir else out.with_name(out.name + "-tune")
+    _check_outputs(args, out, work)
     data = load_tune_data(
         beir=args.beir,
         split=args.split,
@@ -163,6 +164,21 @@ def run_tune(args: argparse.Namespace) -> int:
         raise
     _print_result(result)
     return 0
+
+
+def _check_outputs(args: argparse.Namespace, out: Path, work: Path) -> None:
+    """``--out`` and ``--work-dir``, before the data are read: neither one of the inputs,
+    inside or holding one, nor the other (the model written at the end would be refused
+    there, or swap the sweep away)."""
+    from demitasse.io_targets import check_apart, check_not_input
+    from demitasse.model_files import check_model_target, model_inputs
+
+    given = (args.beir, args.corpus, args.queries, args.qrels, args.pairs)
+    inputs = [*model_inputs(args.model), *model_inputs(args.static), *given]
+    check_apart({"--out": out, "--work-dir": work})
+    check_model_target(out, inputs=inputs)
+    # The work folder is resumed into (--resume): it is an output, checked as one.
+    check_not_input(work, inputs)
 
 
 def _print_result(result: Any) -> None:

@@ -46,6 +46,8 @@ from demitasse.report.tables import (
     task_table,
 )
 
+#: The marker kind of a report folder: what a later report may replace.
+REPORT_KIND = "report"
 TASK_TITLES = {
     "sts": "Semantic textual similarity",
     "classification": "Classification",
@@ -98,7 +100,7 @@ def render_report(
         raise DataError("no result records to report")
     out_dir = Path(out_dir)
     # The report is one set: its figures, Markdown and HTML replace the old ones together.
-    with atomic_directory(out_dir, kind="report") as tmp:
+    with atomic_directory(out_dir, kind=REPORT_KIND) as tmp:
         blocks = build_blocks(records, tmp / "figures", title)
         (tmp / "report.md").write_text(to_markdown(blocks, tmp), encoding="utf-8")
         (tmp / "report.html").write_text(to_html(blocks, title), encoding="utf-8")
