@@ -3,12 +3,15 @@ average (issue #50: "onnx-int8 is worse than the docs say").
 
 For each model, the same sentences (from the unlabeled corpora: never an evaluation text) are
 encoded by torch,
-``onnx`` (float32) and ``onnx-int8`` (dynamic int8 weights) at the full depth, one batch size,
+``onnx`` (float32) and ``onnx-int8`` (dynamic int8, the feed-forward output projections kept in
+float32: ``demitasse.encoders.backends.float_matmuls``) at the full depth, one batch size,
 no embedding cache. Per backend: the cosine of each text's vector with torch's (min, 1st
 percentile, median, mean) and the share of sign bits that differ from torch's (the binary code
 of the full width, what a binary index would store).
 
     python benchmarks/backend_agreement.py --data-dir ../shared/data --texts 5000
+
+all-mpnet-base-v2 needs ``make models-mpnet``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from demitasse.report import markdown_table
 from lab.results_file import update_section
 
 NAME = "backend_agreement"
-MODELS = ("all-MiniLM-L6-v2",)
+MODELS = ("all-MiniLM-L6-v2", "all-mpnet-base-v2")
 
 
 def agreement_records(model: str, texts: list[str], batch_size: int) -> list[ResultRecord]:

@@ -15,6 +15,7 @@ import torch
 from demitasse.encoders import TransformerEncoder
 from demitasse.encoders.backends import (
     check_backend,
+    float_matmuls,
     graph_directory,
     graph_path,
     instruction_sets,
@@ -120,6 +121,38 @@ def test_onnx_int8_stays_close_to_torch(
     assert similarity.min() >= 0.95
     # Quantised, not a copy of the float32 graph's output.
     assert similarity.min() < 0.9999
+
+
+def test_the_narrowing_products_stay_float32() -> None:
+    """Only a product whose weight narrows its input (a feed-forward output projection) is
+    kept in float32; widening, square and activation × activation products are quantised."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = {"up": (4, 8), "down": (8, 4), "square": (4, 4)}
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "up"], ["h"], name="widen"),
+            helper.make_node("MatMul", ["h", "down"], ["y"], name="narrow"),
+            helper.make_node("MatMul", ["y", "square"], ["z"], name="keep-width"),
+            helper.make_node("MatMul", ["z", "zt"], ["a"], name="activations"),
+        ],
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("x", "zt")],
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.ones(s, np.float32), name) for name, s in weights.items()],
+    )
+    assert float_matmuls(graph) == ["narrow"]
+
+
+def test_the_int8_graph_keeps_the_output_projections_float32(
+    minilm: TransformerEncoder, minilm_vectors: dict
+) -> None:
+    import onnx
+
+    int8 = onnx.load(str(graph_path(minilm, "onnx-int8", [6]))).graph
+    plain = {node.name for node in int8.node if node.op_type == "MatMul"}
+    assert {f"/model/encoder/layer.{k}/output/dense/MatMul" for k in range(6)} <= plain
+    assert sum(node.op_type == "MatMulInteger" for node in int8.node) == 6 * 5  # q k v o, up
 
 
 def test_a_single_unpadded_text_gives_its_batched_vector(minilm: TransformerEncoder) -> None:

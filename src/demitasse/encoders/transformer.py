@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from transformers import BatchEncoding
 
 from demitasse.data import check_texts
-from demitasse.encoders.backends import check_backend, check_installed, graph_path
+from demitasse.encoders.backends import INT8_VERSION, check_backend, check_installed, graph_path
 from demitasse.encoders.base import check_batch_size
 from demitasse.encoders.cache import encode_through, fingerprint_directory, open_cache
 from demitasse.encoders.exit_heads import load_exit_heads
@@ -202,8 +202,10 @@ class TransformerEncoder:
                 str(self.max_seq_length),
                 # Embeddings cached before heads were applied must not be read back.
                 *(["heads" + "".join(map(str, sorted(self.heads)))] if self.heads else []),
-                # int8 weights give other vectors; torch's keys stay as they were.
+                # int8 weights give other vectors, and each int8 graph its own; torch's keys
+                # stay as they were.
                 *([self.backend] if self.backend != "torch" else []),
+                *([f"v{INT8_VERSION}"] if self.backend == "onnx-int8" else []),
             ]
         )
 
