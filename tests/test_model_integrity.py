@@ -111,10 +111,10 @@ def test_a_fresh_file_is_not_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 @pytest.mark.parametrize(
-    "content", [b"{", b"[]", b'{"kind": "other"}', b"\xff\xfe", b'{"kind": "demitasse-file-'
-                b'hashes", "version": 1, "files": {"X": [1, 2, 3, 4, 5, "beef"]}}']
+    "content", [b'{"kind": "demitasse-file-hashes", "version": 1, "files": {"X": [1, 2, 3, 4, '
+                b'5, "beef"]}}', b'{"kind": "demitasse-file-hashes", "version": 0}']
 )  # fmt: skip
-def test_a_corrupt_cache_file_is_ignored(
+def test_a_cache_file_of_demitasse_with_bad_entries_is_replaced(
     tmp_path: Path, hashed: list[Path], content: bytes
 ) -> None:
     data = tmp_path / "weights.bin"
@@ -124,6 +124,22 @@ def test_a_corrupt_cache_file_is_ignored(
     assert file_sha256(data) == hash_file(data)
     written = json.loads((tmp_path / "cache" / HASHES_FILE).read_text())
     assert list(written["files"]) == [str(data)]  # replaced by a good one
+
+
+@pytest.mark.parametrize(
+    "content", [b"{", b"[]", b'{"kind": "other"}', b"\xff\xfe", b'{"mine": 1}']
+)
+def test_a_file_of_the_same_name_not_written_by_demitasse_is_left_alone(
+    tmp_path: Path, hashed: list[Path], content: bytes
+) -> None:
+    """DEMITASSE_CACHE may point at a user's folder: a file-hashes.json demitasse did not
+    write is ignored and never replaced (the hashes are then computed in full each time)."""
+    data = tmp_path / "weights.bin"
+    data.write_bytes(b"w" * 1000)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / HASHES_FILE).write_bytes(content)
+    assert file_sha256(data) == hash_file(data) == file_sha256(data)
+    assert (tmp_path / "cache" / HASHES_FILE).read_bytes() == content
 
 
 def test_a_cache_that_cannot_be_written_is_no_error(

@@ -119,6 +119,24 @@ def test_a_body_shorter_than_its_content_length_is_a_408(url: str) -> None:
     assert post(url, "/embeddings", {"input": "a dog", "model": "tiny"})[0] == 200
 
 
+@pytest.mark.parametrize(
+    "framing",
+    [b"Content-Length: abc", b"Content-Length: -1", b"Content-Length: 5, 7",
+     b"Transfer-Encoding: gzip"],
+)  # fmt: skip
+def test_malformed_framing_is_a_json_400(url: str, framing: bytes) -> None:
+    """What uvicorn cannot parse is answered below the app: still OpenAI's JSON, not text."""
+    head = b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    error = _error(_reply(_send(url, head + framing + b"\r\n\r\n" + BODY)), 400)
+    assert error["code"] == "malformed_request"
+    assert post(url, "/embeddings", {"input": "a dog", "model": "tiny"})[0] == 200
+
+
+def test_a_trailing_slash_is_a_json_404_not_a_redirect(url: str) -> None:
+    status, reply = post(url, "/embeddings/", {"input": "a dog", "model": "tiny"})
+    assert status == 404 and set(reply["error"]) == {"message", "type", "param", "code"}
+
+
 def test_headers_never_finished_are_a_408_and_a_silent_connection_is_closed(url: str) -> None:
     started = time.monotonic()
     partial = _send(url, b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\n")

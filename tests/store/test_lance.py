@@ -366,6 +366,29 @@ def test_cli_bad_input_ends_in_one_line_with_exit_code_2(
         assert code == 2 and message in err and err.count("\n") == 1, (argv, err)
 
 
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--dim", "9"), "9"),
+        (("--precision", "float16"), "float16"),
+        (("--table", "../escape"), "table name"),
+        (("--table", "/abs"), "table name"),
+        (("--table", ".hidden"), "table name"),
+    ],
+)
+def test_a_refused_index_leaves_no_database_behind(
+    model_dir: Path, corpus: tuple, tmp_path: Path, capsys, flags: tuple, message: str
+) -> None:
+    """A refusal writes nothing: not even the marker of a database it was about to create."""
+    ids, texts, _ = corpus
+    documents = _beir_corpus(tmp_path / "corpus.jsonl", ids, texts)
+    db = tmp_path / "new-db"
+    code, _, err = _run(capsys, "index", str(model_dir), "--input", str(documents),
+                        "--db", str(db), *flags)  # fmt: skip
+    assert code == 2 and message in err and err.count("\n") == 1, err
+    assert not db.exists() and not (tmp_path / "escape").exists()
+
+
 def test_a_refitted_model_is_checked_again(encoder: Path, corpus: tuple, tmp_path: Path) -> None:
     ids, texts, queries = corpus
     model = _model(encoder, texts, **CONFIGS["float32"])

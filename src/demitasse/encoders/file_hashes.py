@@ -108,24 +108,26 @@ def _stamp(stat: os.stat_result) -> Stamp:
 def _known_hashes(store: Path) -> dict[str, tuple[Stamp, str]]:
     """The cache file's entries, read once per process (the caller holds the lock)."""
     if store not in _known:
-        _known[store] = _read_store(store)
+        _known[store] = _read_store(store) or {}
     return _known[store]
 
 
-def _read_store(store: Path) -> dict[str, tuple[Stamp, str]]:
-    """The valid entries of the cache file; none when it is missing or not one."""
+def _read_store(store: Path) -> dict[str, tuple[Stamp, str]] | None:
+    """The valid entries of the cache file: none when it is missing, None when the file is
+    not one demitasse wrote (it is then never replaced: it may be a user's own file)."""
     try:
         data = read_json(store)
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         logger.info("ignoring the file hash cache %s: %s", store, exc)
-        return {}
+        return None
     header = {"kind": HASHES_KIND, "version": HASHES_VERSION}
     if not isinstance(data, dict) or {key: data.get(key) for key in header} != header \
             or not isinstance(data.get("files"), dict):  # fmt: skip
         logger.info("ignoring the file hash cache %s: not a cache of this demitasse", store)
-        return {}
+        # Another version's cache is replaced; what is no cache of demitasse's never is.
+        return {} if isinstance(data, dict) and data.get("kind") == HASHES_KIND else None
     entries = {}
     for key, entry in data["files"].items():
         parsed = _entry(entry)
@@ -149,8 +151,11 @@ def _entry(entry: Any) -> tuple[Stamp, str] | None:
 def _record(store: Path, added: dict[str, tuple[Stamp, str]]) -> None:
     """Add ``added`` to the cache file (merged with what other processes wrote since)."""
     with _lock:
+        recorded = _read_store(store)
+        if recorded is None:  # a file demitasse did not write (it is written only atomically)
+            return
         # Files gone since are dropped (a model saved over, a package removed).
-        entries = {key: e for key, e in _read_store(store).items() if Path(key).is_file()}
+        entries = {key: e for key, e in recorded.items() if Path(key).is_file()}
         for key, value in added.items():
             entries.pop(key, None)  # re-inserted last: the newest
             entries[key] = value

@@ -106,9 +106,12 @@ def create_app(model: CompressedModel, settings: ServeSettings) -> GuardedApp:
         finally:  # off the event loop, which meanwhile answers what the grace period cut
             await asyncio.to_thread(worker.stop)
 
+    # No redirect of "/v1/embeddings/" to the route without the slash: an empty 307 is no
+    # answer an OpenAI client reads; it gets the JSON 404 of any unknown path.
     app = FastAPI(
-        title="demitasse", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
-    )
+        title="demitasse", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
+        redirect_slashes=False,
+    )  # fmt: skip
     _add_error_handlers(app)
     _add_model_routes(app, model, settings.name)
 

@@ -175,6 +175,13 @@ def deadline_protocol(settings: ServeSettings, counters: ServerCounters) -> type
             self._unread.disarm()
             super().resume_writing()
 
+        def send_400_response(self, msg: str) -> None:
+            # uvicorn's answer to a request it cannot parse (a bad Content-Length, an unknown
+            # Transfer-Encoding) is plain text; this API's clients read its errors as JSON.
+            error = ApiError(400, f"malformed HTTP request: {msg}", code="malformed_request")
+            self.transport.write(_error_response(error, "Bad Request"))
+            self.transport.close()
+
         def _waiting_on_client(self) -> bool:
             theirs, ours = self.conn.their_state, self.conn.our_state
             return theirs is h11.IDLE or (theirs is h11.SEND_BODY and ours is h11.DONE)
@@ -250,9 +257,15 @@ def _headers_timeout_response(timeout_s: float) -> bytes:
         f"the request headers did not arrive within {timeout_s:g} s",
         code="request_timeout",
     )
+    return _error_response(error, "Request Timeout")
+
+
+def _error_response(error: ApiError, reason: str) -> bytes:
+    """A whole HTTP answer carrying ``error`` as OpenAI's JSON, closing the connection: for
+    what is answered below the app (the request never reached it)."""
     body = json.dumps(error.body()).encode()
     head = (
-        "HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+        f"HTTP/1.1 {error.status} {reason}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
     )
     return head.encode() + body

@@ -27,6 +27,8 @@ documents in memory. Queries are texts only: they go through the model, never ar
 from __future__ import annotations
 
 import logging
+import re
+import shutil
 import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -66,6 +68,9 @@ DEFAULT_TABLE = "documents"
 #: Written into a database folder when ``index`` creates it: tables go only into a folder that
 #: is new, empty, or a database demitasse created (earlier ones: holding only its tables).
 DATABASE_MARKER = ".demitasse-database.json"
+#: LanceDB's own rule for table names, checked before anything is written; no leading dot,
+#: which would name a hidden folder (or "..").
+TABLE_NAME = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9_\-.]*")
 #: Extra documents the first-stage query of binary codes fetches beyond its depth, to see
 #: every document tied with the last candidate.
 TIE_MARGIN = 64
@@ -98,8 +103,9 @@ class LanceStore:
     itself: open a new store to see what another process added since."""
 
     def __init__(self, db: str | Path, table: str = DEFAULT_TABLE) -> None:
-        if not isinstance(table, str) or not table:
-            raise DataError(f"table name must be a non-empty string, got {table!r}")
+        if not isinstance(table, str) or not TABLE_NAME.fullmatch(table):
+            raise DataError(f"table name must be letters, digits, '_', '-' and '.' (not first), "
+                            f"got {table!r}")  # fmt: skip
         self.db = Path(db).expanduser()
         if self.db.exists() and not self.db.is_dir():
             raise DataError(f"{self.db} is not a directory (a LanceDB database is one)")
@@ -217,14 +223,20 @@ class LanceStore:
         if vectors is not None:
             vectors = _check_vectors(model, vectors, len(ids))
         self.check_writable()
+        created, new_database = not self.exists(), not self.db.exists()
+        if created:  # a bad width or precision is refused before anything is written
+            layout = layout_for(model, dim, precision, with_text=store_text)
         connection = self._connect()
         if not (self.db / DATABASE_MARKER).is_file():
             created_by = {"kind": "LanceDB database", "created by": "demitasse index"}
             atomic_write_json(self.db / DATABASE_MARKER, created_by)
-        created = not self.exists()
         if created:
-            layout = layout_for(model, dim, precision, with_text=store_text)
-            table, start = self._create(connection, layout), 0
+            try:
+                table, start = self._create(connection, layout), 0
+            except DemitasseError:
+                if new_database:  # nothing of the user's is in it: a refusal leaves nothing
+                    shutil.rmtree(self.db, ignore_errors=True)
+                raise
         else:
             table, layout = self._open(fresh=True)
             self._check_append(model, layout, dim, precision, store_text)
