@@ -176,11 +176,7 @@ def deadline_protocol(settings: ServeSettings, counters: ServerCounters) -> type
             super().resume_writing()
 
         def send_400_response(self, msg: str) -> None:
-            # uvicorn's answer to a request it cannot parse (a bad Content-Length, an unknown
-            # Transfer-Encoding) is plain text; this API's clients read its errors as JSON.
-            error = ApiError(400, f"malformed HTTP request: {msg}", code="malformed_request")
-            self.transport.write(_error_response(error, "Bad Request"))
-            self.transport.close()
+            _answer_400(self, msg)
 
         def _waiting_on_client(self) -> bool:
             theirs, ours = self.conn.their_state, self.conn.our_state
@@ -249,6 +245,14 @@ def _answer_408(protocol: Any, timeout_s: float, counters: ServerCounters) -> No
     logger.info("%s sent no complete request headers within %g s: 408, closed",
                 _peer(protocol), timeout_s)  # fmt: skip
     protocol.transport.write(_headers_timeout_response(timeout_s))
+
+
+def _answer_400(protocol: Any, msg: str) -> None:
+    """uvicorn's answer to a request it cannot parse (a bad Content-Length, an unknown
+    Transfer-Encoding) is plain text; this API's clients read its errors as JSON."""
+    error = ApiError(400, f"malformed HTTP request: {msg}", code="malformed_request")
+    protocol.transport.write(_error_response(error, "Bad Request"))
+    protocol.transport.close()
 
 
 def _headers_timeout_response(timeout_s: float) -> bytes:

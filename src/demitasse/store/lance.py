@@ -227,16 +227,9 @@ class LanceStore:
         if created:  # a bad width or precision is refused before anything is written
             layout = layout_for(model, dim, precision, with_text=store_text)
         connection = self._connect()
-        if not (self.db / DATABASE_MARKER).is_file():
-            created_by = {"kind": "LanceDB database", "created by": "demitasse index"}
-            atomic_write_json(self.db / DATABASE_MARKER, created_by)
+        self._mark_database()
         if created:
-            try:
-                table, start = self._create(connection, layout), 0
-            except DemitasseError:
-                if new_database:  # nothing of the user's is in it: a refusal leaves nothing
-                    shutil.rmtree(self.db, ignore_errors=True)
-                raise
+            table, start = self._create(connection, layout, new_database), 0
         else:
             table, layout = self._open(fresh=True)
             self._check_append(model, layout, dim, precision, store_text)
@@ -260,10 +253,17 @@ class LanceStore:
             raise
         return len(ids)
 
-    def _create(self, connection: Any, layout: Layout) -> Any:
+    def _mark_database(self) -> None:
+        if not (self.db / DATABASE_MARKER).is_file():
+            created_by = {"kind": "LanceDB database", "created by": "demitasse index"}
+            atomic_write_json(self.db / DATABASE_MARKER, created_by)
+
+    def _create(self, connection: Any, layout: Layout, new_database: bool) -> Any:
         try:
             return connection.create_table(self.table, schema=layout.schema())
         except (OSError, ValueError, RuntimeError) as exc:
+            if new_database:  # nothing of the user's is in it: a refusal leaves nothing
+                shutil.rmtree(self.db, ignore_errors=True)
             raise DataError(f"cannot create {self.where}: {one_line(exc)}") from None
 
     def _check_append(
