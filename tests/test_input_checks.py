@@ -10,12 +10,16 @@
 - No noise: vectors with inf fail without numpy's overflow warnings, ``export`` calls no
   deprecated sentence-transformers method, and the learned compressors hand torch no read-only
   array (torch warns about those).
+- One refusal per kind of input: a column named twice (CSV, TSV as Parquet), an input without
+  a record (``embed`` and ``recompress`` as ``encode``), an empty comma-separated list flag
+  and an empty ``serve --name`` are refused in one line, never taken for "not given".
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -32,7 +36,7 @@ from demitasse.bulk import DemitasseRecompressor, load_manifest
 from demitasse.cli.main import main
 from demitasse.compress import MCR2, SMEC, MatryoshkaAdaptor, TrainingSettings
 from demitasse.data import load_embeddings, read_documents, read_texts
-from demitasse.errors import DataError
+from demitasse.errors import DataError, DemitasseError
 from tests.conftest import REPO
 from tests.helpers import build_tiny_model
 
@@ -383,3 +387,135 @@ def test_an_adaptor_fit_on_a_npy_file_prints_no_warning(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "warning" not in done.stderr.lower(), done.stderr
     assert json.loads((tmp_path / "m" / "config.json").read_text())["compressor"] == "compressor"
+
+
+# ---- one refusal per kind of input (the edge probe's findings) -----------------------------
+
+
+def _two_text_columns(path: Path) -> Path:
+    """A table whose header names the text column twice (CSV, TSV or Parquet)."""
+    if path.suffix == ".parquet":
+        schema = pa.schema([("id", pa.string()), ("text", pa.string()), ("text", pa.string())])
+        columns = [pa.array(["a", "b"]), pa.array(["a man", "a dog"]), pa.array(["x", "y"])]
+        pq.write_table(pa.Table.from_arrays(columns, schema=schema), path)
+        return path
+    sep = "\t" if path.suffix == ".tsv" else ","
+    lines = [["id", "text", "text"], ["a", "a man", "x"], ["b", "a dog", "y"]]
+    path.write_text("".join(sep.join(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".parquet"])
+def test_a_column_named_twice_is_refused_in_every_table_format_alike(
+    suffix: str, encoder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """CSV and TSV headers are checked as Parquet schemas are: two columns of the name asked
+    for are refused (neither is the one meant), by every reader of texts and documents."""
+    table = _two_text_columns(tmp_path / f"docs{suffix}")
+    refusal = f"docs{suffix}: 2 columns are named 'text'; rename all but one"
+    for read in (read_texts, read_documents):
+        with pytest.raises(DataError, match=re.escape(refusal)):
+            read(table)
+    assert read_texts(table, column="id") == ["a", "b"]  # only the columns read are checked
+    _fails(capsys, ["encode", str(encoder), "--input", str(table), "--out",
+                    str(tmp_path / "e.npy")], refusal)  # fmt: skip
+    _fails(capsys, ["index", str(encoder), "--input", str(table), "--db", str(tmp_path / "db")],
+           refusal)  # fmt: skip
+    assert not (tmp_path / "e.npy").exists() and not (tmp_path / "db").exists()
+
+
+def test_bulk_commands_refuse_a_parquet_column_named_twice(
+    encoder: Path, vectors_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = _two_text_columns(tmp_path / "docs.parquet")
+    _fails(capsys, ["embed", str(encoder), "--input", str(table), "--out", str(tmp_path / "o"),
+                    "--quiet"], "docs.parquet: 2 columns are named 'text'")  # fmt: skip
+    values = pa.FixedSizeListArray.from_arrays(pa.array(_vectors(4).reshape(-1)), WIDTH)
+    schema = pa.schema([("embedding", values.type), ("id", pa.string()), ("id", pa.string())])
+    ids = pa.array(["a", "b", "c", "d"])
+    pq.write_table(pa.Table.from_arrays([values, ids, ids], schema=schema), tmp_path / "v.parquet")
+    _fails(capsys, _recompress(vectors_model, str(tmp_path / "v.parquet"), tmp_path / "r"),
+           "v.parquet: 2 columns are named 'id'")  # fmt: skip
+
+
+def test_embed_and_recompress_refuse_inputs_without_a_record_before_writing(
+    encoder: Path, vectors_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In encode's words ("file is empty", "no text found"), before any output is made; a
+    glob where only some files are empty is read as it is."""
+    folder = tmp_path.resolve()
+    (folder / "empty.txt").write_bytes(b"")
+    (folder / "blank.jsonl").write_text("\n  \n", encoding="utf-8")
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), folder / "none.parquet")
+    out = folder / "out"
+    for name, refusal in [("empty.txt", "file is empty"), ("blank.jsonl", "file is empty"),
+                          ("none.parquet", "no text found")]:  # fmt: skip
+        said = _fails(capsys, ["encode", str(encoder), "--input", str(folder / name), "--out",
+                               str(folder / "e.npy")], f"{folder / name}: {refusal}")  # fmt: skip
+        argv = ["embed", str(encoder), "--input", str(folder / name), "--out", str(out)]
+        assert _fails(capsys, [*argv, "--quiet"]) == said  # the same line, word for word
+        assert not out.exists()
+    (folder / "all-empty").mkdir()
+    (folder / "all-empty" / "a.txt").write_bytes(b"")
+    (folder / "all-empty" / "b.jsonl").write_text("\n", encoding="utf-8")
+    glob = str(folder / "all-empty" / "*")
+    _fails(capsys, ["embed", str(encoder), "--input", glob, "--out", str(out), "--quiet"],
+           "no text found: the 2 input files", "are all empty")  # fmt: skip
+    assert not out.exists()
+    (folder / "all-empty" / "c.txt").write_text("a man\na dog\n", encoding="utf-8")
+    assert main(["embed", str(encoder), "--input", glob, "--out", str(out), "--quiet"]) == 0
+    assert "2 rows in 1 shards" in capsys.readouterr().out
+    # A resumed run whose input has since been emptied: refused, the manifest untouched.
+    manifest = (out / "manifest.json").read_bytes()
+    (folder / "all-empty" / "c.txt").write_bytes(b"")
+    _fails(capsys, ["embed", str(encoder), "--input", glob, "--out", str(out), "--resume",
+                    "--quiet"], "no text found")  # fmt: skip
+    assert (out / "manifest.json").read_bytes() == manifest
+    values = pa.array([], pa.list_(pa.float32(), WIDTH))
+    pq.write_table(pa.table({"embedding": values}), folder / "none-v.parquet")
+    _fails(capsys, _recompress(vectors_model, str(folder / "none-v.parquet"), folder / "r"),
+           f"{folder / 'none-v.parquet'}: no vectors found")  # fmt: skip
+    assert not (folder / "r").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "flag"),
+    [("eval", "--dims"), ("eval", "--tasks"), ("eval", "--layers"), ("eval", "--compressor"),
+     ("eval", "--precision"), ("eval", "--datasets"), ("eval", "--beir"), ("eval", "--rescore"),
+     ("train", "--data"), ("train", "--matryoshka-dims"), ("tune", "--compressors"),
+     ("tune", "--codes"), ("tune", "--backends")],
+)  # fmt: skip
+def test_an_empty_list_flag_is_refused_never_read_as_not_given(
+    command: str, flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--dims ''`` once ran with the default widths: every comma-separated flag shares one
+    check, which refuses a list with no item."""
+    for empty in ("", " ", ",", " , "):
+        _fails(capsys, [command, flag, empty, "--out", str(tmp_path / "out")],
+               f"argument {flag}: is empty")  # fmt: skip
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_shared_list_parser_refuses_an_empty_list() -> None:
+    from demitasse.cli.specs import parse_int_list
+
+    assert parse_int_list("64,,32,", "--dims") == [64, 32]  # blank items are skipped
+    with pytest.raises(DemitasseError, match="--dims is empty"):
+        parse_int_list(" , ", "--dims")
+
+
+def test_serve_refuses_an_empty_model_name(
+    encoder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Clients name the model in every request and find it in /v1/models: an empty name
+    cannot be sent by OpenAI's clients, so it is refused, on the command line and in the
+    library, before a port is taken or the model loads."""
+    pytest.importorskip("fastapi")
+    from demitasse.serve import ServeSettings
+
+    for name in ("", "   "):
+        _fails(capsys, ["serve", str(encoder), "--port", "0", "--name", name],
+               "argument --name: is empty")  # fmt: skip
+        with pytest.raises(DemitasseError, match="the model name is empty"):
+            ServeSettings(name=name)
+    assert ServeSettings(name="tiny").name == "tiny"

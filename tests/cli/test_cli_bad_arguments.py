@@ -18,6 +18,8 @@ import pytest
 from demitasse.cli import main
 from demitasse.cli.arguments import (
     backend_name,
+    comma_list,
+    non_blank,
     non_negative_float,
     non_negative_int,
     positive_float,
@@ -453,6 +455,8 @@ NUMBER_TYPES = {
     non_negative_float: ["-1", "nan", "-inf", "abc"],
     backend_name: ["tensorrt", "ONNX", "onnx-fp16", ""],
     precision_name: ["int4", "pq0x", "pq0", "PQ8", ""],
+    comma_list: ["", " ", ",", " , "],
+    non_blank: ["", "  "],
 }
 
 

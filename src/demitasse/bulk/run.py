@@ -10,6 +10,7 @@ from demitasse.bulk.job import EMBED, BulkJob, load_model
 from demitasse.bulk.local import run_local
 from demitasse.bulk.manifest import Manifest, check_output_target, prepare_output
 from demitasse.bulk.ray_engine import RayOptions, run_ray
+from demitasse.bulk.sources import check_some_records
 from demitasse.errors import DemitasseError, UnknownNameError
 from demitasse.progress import progress as show_progress
 
@@ -38,6 +39,8 @@ def run_bulk(
         raise UnknownNameError(f"unknown engine {engine!r}; use local or ray")
     if job.on_error not in ("stop", "skip"):
         raise DemitasseError(f"--on-error must be stop or skip, got {job.on_error!r}")
+    # Before anything is written (a fresh manifest, or a resumed one): nothing to convert.
+    check_some_records(job.inputs, job.columns.values)
     check_output_target(job.out)  # before minutes of model loading
     model = load_model(job.model, job.command, threads if engine == "local" else None)
     fresh = Manifest(

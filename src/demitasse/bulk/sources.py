@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from demitasse.arrays import arrow_vectors, check_float_vectors
+from demitasse.data._tables import check_columns
 from demitasse.data.files import check_text
 from demitasse.data.unicode import Replacements, arrow_texts
 from demitasse.errors import DataError, one_line
@@ -182,6 +183,39 @@ def count_records(source: InputFile) -> int:
     return count
 
 
+def has_records(source: InputFile) -> bool:
+    """Whether ``source`` holds a record, found without reading past the first one (raw lines
+    or Parquet metadata; nothing decoded). A file that cannot be read counts as holding one:
+    the run reads it, and names the damage (or skips it, with ``--on-error skip``)."""
+    if source.kind == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            return int(pq.ParquetFile(source.path).metadata.num_rows) > 0
+        except (pa.ArrowException, OSError):
+            return True
+    try:
+        return any(source.kind == "text" or raw.strip() for _, raw in _raw_lines(source))
+    except DataError:
+        return True
+
+
+def check_some_records(inputs: list[InputFile], values: str) -> None:
+    """Refuse inputs that hold no record at all, in the words ``encode`` and ``transform``
+    use for an empty file (``values``: ``"texts"`` or ``"vectors"``). Some empty files among
+    others are read as they are: only inputs with no record in total are refused."""
+    if any(has_records(source) for source in inputs):
+        return
+    what = "text" if values == "texts" else "vectors"
+    if len(inputs) == 1:  # a text file without a line, JSON Lines without a record: empty
+        empty = "file is empty" if inputs[0].kind != "parquet" else f"no {what} found"
+        raise DataError(f"{inputs[0].path}: {empty}")
+    shown = ", ".join(str(source.path) for source in inputs[:3])
+    more = ", …" if len(inputs) > 3 else ""
+    raise DataError(f"no {what} found: the {len(inputs)} input files ({shown}{more}) are all empty")
+
+
 def record_position(source: InputFile, record: int) -> tuple[str, int]:
     """Where record ``record`` (0-based, in file order) of ``source`` is, as messages name
     records: ``("line", n)`` in a text or JSON Lines file (a scan of the raw lines, nothing
@@ -314,14 +348,16 @@ def _parquet_chunks(
 
 
 def _parquet_columns(source: InputFile, schema: Any, columns: Columns) -> list[str]:
-    """The columns to read; a missing one, or integer vectors (codes, not vectors: refused as
-    every reader of vectors refuses them), fail before any record is read."""
+    """The columns to read; a missing one, one of two columns of one name (refused as every
+    reader of tables refuses it), or integer vectors (codes, not vectors: refused as every
+    reader of vectors refuses them), fail before any record is read."""
     import pyarrow as pa
 
     names = schema.names
     if columns.value not in names:
         found = ", ".join(repr(n) for n in names[:8]) or "none"
         raise DataError(f"{source.path}: no column {columns.value!r} (it has {found})")
+    check_columns(source.path, [columns.value], names)
     value_type = getattr(schema.field(columns.value).type, "value_type", None)
     if columns.values == "vectors" and value_type is not None and pa.types.is_integer(value_type):
         where = f"{source.path}: column {columns.value!r}"
@@ -330,6 +366,7 @@ def _parquet_columns(source: InputFile, schema: Any, columns: Columns) -> list[s
         return [columns.value]
     if columns.ids not in names:
         raise DataError(f"{source.path}: no id column {columns.ids!r}")
+    check_columns(source.path, [columns.ids], names)
     return [columns.value, columns.ids]
 
 

@@ -52,6 +52,32 @@ positive_float = _number(0.0, inclusive=False)
 non_negative_float = _number(0.0, inclusive=True)
 
 
+def comma_list(text: str) -> str:
+    """A comma-separated list flag's value (``--dims 64,32``, ``--tasks sts``), checked: a list
+    with no item (``''``, ``' '``, ``','``) is a one-line usage error (exit code 2), never
+    taken for the flag not given (which would run with its default). Blank items between
+    commas are skipped by the parsers (:mod:`demitasse.cli.specs`)."""
+    if not any(part.strip() for part in text.split(",")):
+        raise argparse.ArgumentTypeError(
+            f"is empty ({text!r}); give one value or more, separated by commas"
+        )
+    return text
+
+
+comma_list.__name__ = "comma-separated list"
+
+
+def non_blank(text: str) -> str:
+    """A name (``serve --name``) that must say something: empty or only spaces is a one-line
+    usage error (exit code 2), never taken for the flag not given."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"is empty ({text!r}); give a name")
+    return text
+
+
+non_blank.__name__ = "name"
+
+
 def backend_name(text: str) -> str:
     """``--backend``'s value, checked: a bad name is a one-line usage error (exit code 2)."""
     if text not in BACKENDS:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from demitasse.cli.arguments import (
     add_backend_argument,
+    comma_list,
     compressor_help_text,
     positive_int,
     precision_help_text,
@@ -50,15 +51,17 @@ def add_eval_parser(commands: Any) -> None:  # argparse's subparsers action
         help="a model directory written by 'fit' (evaluated exactly as fitted), or an encoder "
         "name or directory to sweep with --layers/--compressor/--dims/--precision",
     )
-    evaluate.add_argument("--layers", default=None, help="'all', 'last' (default) or e.g. 1,3,6")
+    evaluate.add_argument(
+        "--layers", type=comma_list, default=None, help="'all', 'last' (default) or e.g. 1,3,6"
+    )
     evaluate.add_argument(
         "--compressor",
+        type=comma_list,
         default=None,
         help=compressor_help_text("comma-separated compressors (default none)"),
     )
-    evaluate.add_argument(
-        "--dims", default=None, help=f"default {DEFAULT_DIMS}; a model directory: its width"
-    )
+    evaluate.add_argument("--dims", type=comma_list, default=None,
+                          help=f"default {DEFAULT_DIMS}; a model directory: its width")  # fmt: skip
     evaluate.add_argument(
         "--fit-data",
         default=None,
@@ -67,18 +70,21 @@ def add_eval_parser(commands: Any) -> None:  # argparse's subparsers action
     )
     evaluate.add_argument(
         "--precision",
+        type=comma_list,
         default=None,
         help=precision_help_text("comma-separated precisions (default float32; a model "
                                  "directory: the precision it was fitted for)"),
     )  # fmt: skip
     evaluate.add_argument(
         "--tasks",
+        type=comma_list,
         default=None,
         help="sts,classification,retrieval,clustering,translation,efficiency or 'all' "
         "(default: sts; retrieval with --beir or --corpus)",
     )
     evaluate.add_argument(
         "--datasets",
+        type=comma_list,
         default="all",
         help="STS sets: 'all' (STS12-16, STS-B, SICK-R), names like sts12,stsb, or files and "
         "folders: SemEval STS (STS.input/STS.gs), STS-B or SICK layout, or tables with "
@@ -98,13 +104,14 @@ def add_eval_parser(commands: Any) -> None:  # argparse's subparsers action
 def _add_retrieval_options(evaluate: argparse.ArgumentParser) -> None:
     """``eval``'s retrieval data and the way the codes are searched."""
     group = evaluate.add_argument_group("retrieval (default: SciFact test)")
-    group.add_argument("--beir", default=None, help="BEIR folders, DIR[,DIR...]")
+    group.add_argument("--beir", type=comma_list, default=None, help="BEIR folders, DIR[,DIR...]")
     group.add_argument("--split", default="test", help="qrels split of the --beir folders")
     group.add_argument("--corpus", default=None, help="documents: .jsonl/.tsv/.csv/.parquet")
     group.add_argument("--queries", default=None, help="queries: .jsonl/.tsv/.csv/.parquet")
     group.add_argument("--qrels", default=None, help="judgements: .tsv (query, doc, score), ...")
     group.add_argument(
         "--rescore",
+        type=comma_list,
         default=None,
         help="F[,F...]: search int8/binary codes for the top k·F documents and rescore them "
         "with the encoder's full output (a model directory: instead of its own factor)",

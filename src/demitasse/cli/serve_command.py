@@ -11,6 +11,7 @@ from typing import Any
 
 from demitasse.cli.arguments import (
     add_backend_argument,
+    non_blank,
     non_negative_float,
     non_negative_int,
     positive_float,
@@ -33,7 +34,10 @@ def add_serve_parser(commands: Any) -> None:  # argparse's subparsers action
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
     serve.add_argument("--port", type=non_negative_int, default=8000, help="port (0: any free one)")
     serve.add_argument(
-        "--name", default=None, help="model name clients send (default: the directory's name)"
+        "--name",
+        type=non_blank,
+        default=None,
+        help="model name clients send (default: the directory's name)",
     )
     serve.add_argument(
         "--api-key",
@@ -113,11 +117,8 @@ def run_serve(args: argparse.Namespace) -> int:
             "pip install 'demitasse[serve]'"
         ) from None
     api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
-    sock = bind(args.host, args.port)  # a taken port fails now, not after the model loads
-    model = load_served_model(args.model, backend=args.backend)
-    set_threads(model, args.threads or len(os.sched_getaffinity(0)))
-    settings = ServeSettings(
-        name=args.name or default_name(args.model),
+    settings = ServeSettings(  # checked first: a bad name fails before the port is taken
+        name=default_name(args.model) if args.name is None else args.name,
         api_key=api_key,
         limits=Limits(args.max_inputs, args.max_chars, args.max_body_bytes, args.max_concurrent),
         max_batch=args.max_batch,
@@ -126,6 +127,9 @@ def run_serve(args: argparse.Namespace) -> int:
         body_timeout_s=args.body_timeout,
         send_timeout_s=args.send_timeout,
     )
+    sock = bind(args.host, args.port)  # a taken port fails now, not after the model loads
+    model = load_served_model(args.model, backend=args.backend)
+    set_threads(model, args.threads or len(os.sched_getaffinity(0)))
     log = logging.getLogger("demitasse.serve")
     log.setLevel(logging.WARNING if args.quiet else logging.INFO)
     if api_key is None and not _loopback(args.host):

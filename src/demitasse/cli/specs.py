@@ -54,11 +54,16 @@ def parse_compressor_specs(text: str) -> list[CompressorSpec]:
 
 
 def parse_int_list(text: str, what: str) -> list[int]:
+    """``"64,32"`` → ``[64, 32]``: positive integers; blank items are skipped, but a list
+    with none (``""``) is refused, as :func:`~demitasse.cli.arguments.comma_list` refuses
+    it on the command line."""
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise DemitasseError(f"{what} must be comma-separated integers, got {text!r}") from None
-    if not values or any(v < 1 for v in values):
+    if not values:
+        raise DemitasseError(f"{what} is empty ({text!r}); give one value or more")
+    if any(v < 1 for v in values):
         raise DemitasseError(f"{what} must be positive integers, got {text!r}")
     return values
 

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from demitasse.cli.arguments import (
+    comma_list,
     non_negative_float,
     non_negative_int,
     positive_float,
@@ -35,6 +36,7 @@ def add_train_parser(commands: Any) -> None:  # argparse's subparsers action
     train.add_argument("--model", default="all-MiniLM-L6-v2", help="path or packaged name")
     train.add_argument(
         "--data",
+        type=comma_list,
         default=None,
         help="comma-separated: stsb-train, sick-train, snli (default: stsb-train,snli)",
     )
@@ -133,6 +135,7 @@ def _add_espresso_loss_options(train: argparse.ArgumentParser) -> None:
     )
     train.add_argument(
         "--matryoshka-dims",
+        type=comma_list,
         help="ese: also apply the loss to these prefixes of the last layer (e.g. 128,64,32)",
     )
     train.add_argument(

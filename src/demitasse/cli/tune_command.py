@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from demitasse.cli.arguments import positive_float, positive_int
+from demitasse.cli.arguments import comma_list, positive_float, positive_int
 
 TUNE_HELP = "find the cheapest configuration that keeps a target quality on your data"
 DEFAULT_COMPRESSORS = "truncate,pca,pca-whiten,adaptor"
@@ -93,6 +93,7 @@ def _add_run_options(tune: argparse.ArgumentParser) -> None:
     )
     tune.add_argument(
         "--compressors",
+        type=comma_list,
         default=DEFAULT_COMPRESSORS,
         help=f"compressors to sweep besides none (default {DEFAULT_COMPRESSORS})",
     )
@@ -105,6 +106,7 @@ def _add_run_options(tune: argparse.ArgumentParser) -> None:
     )
     tune.add_argument(
         "--codes",
+        type=comma_list,
         default=None,
         help="codebook codes tried on the encoder's full output, searched asymmetrically "
         f"(default {DEFAULT_CODES} for retrieval or a corpus alone, none for --pairs), or "
@@ -113,6 +115,7 @@ def _add_run_options(tune: argparse.ArgumentParser) -> None:
     tune.add_argument("--batch-size", type=positive_int, default=64)
     tune.add_argument(
         "--backends",
+        type=comma_list,
         default="torch",
         help="what runs the transformer, swept as one more axis: torch (default), or e.g. "
         "torch,onnx-int8 (the int8 encoder is crossed with every configuration: twice the work)",

@@ -49,8 +49,9 @@ def missing_columns(path: Path, columns: Sequence[str], present: Sequence[str]) 
     return DataError(f"{path}: missing column(s) {missing}; the file has {found}")
 
 
-def check_parquet_columns(path: Path, columns: Sequence[str], names: Sequence[str]) -> None:
-    """Each of ``columns`` must be among a Parquet file's column ``names``, once."""
+def check_columns(path: Path, columns: Sequence[str], names: Sequence[str]) -> None:
+    """Each of ``columns`` must be among a table's column ``names`` (a Parquet schema's, or a
+    CSV or TSV header's), once: of two columns of one name, neither is the one meant."""
     if any(c not in names for c in columns):
         raise missing_columns(path, columns, names)
     repeated = next((c for c in columns if names.count(c) > 1), None)
@@ -67,8 +68,7 @@ def _csv_rows(path: Path, columns: Sequence[str], delimiter: str, quoting: CsvQu
         if header is None:
             raise DataError(f"{path}: file is empty")
         header = [h.strip() for h in header]
-        if any(c not in header for c in columns):
-            raise missing_columns(path, columns, header)
+        check_columns(path, columns, header)
         index = [header.index(c) for c in columns]
         for fields in reader:
             if not any(field.strip() for field in fields):
@@ -124,7 +124,7 @@ def _parquet_rows(path: Path, columns: Sequence[str]) -> Rows:
     import pyarrow.parquet as pq
 
     try:
-        check_parquet_columns(path, columns, pq.read_schema(path).names)
+        check_columns(path, columns, pq.read_schema(path).names)
         table = pq.read_table(path, columns=list(columns))
     except (pa.ArrowException, OSError) as exc:
         raise DataError(f"{path}: not a readable Parquet file ({one_line(exc)})") from exc

@@ -11,7 +11,7 @@ from tokenize import TokenError
 import numpy as np
 
 from demitasse.arrays import arrow_vectors, check_float_vectors
-from demitasse.data._tables import check_parquet_columns
+from demitasse.data._tables import check_columns
 from demitasse.data._text import require_file
 from demitasse.errors import DataError, one_line
 
@@ -75,7 +75,7 @@ def _load_parquet(path: Path, column: str) -> np.ndarray:
     import pyarrow.parquet as pq
 
     try:
-        check_parquet_columns(path, [column], pq.read_schema(path).names)
+        check_columns(path, [column], pq.read_schema(path).names)
         array = pq.read_table(path, columns=[column]).column(column).combine_chunks()
     except (pa.ArrowException, OSError) as exc:
         raise DataError(f"{path}: not a readable Parquet file ({one_line(exc)})") from exc

@@ -74,6 +74,12 @@ class ServeSettings:
     #: Seconds an answer may wait, unread, once the socket's buffers are full (then closed).
     send_timeout_s: float = 30.0
 
+    def __post_init__(self) -> None:
+        # Clients send the name as the request's "model" and find it in /v1/models: an empty
+        # one would be matched only by an empty "model", which OpenAI's clients never send.
+        if not self.name.strip():
+            raise DemitasseError(f"the model name is empty ({self.name!r}); give a name")
+
 
 @dataclass
 class ServerCounters:
