@@ -561,7 +561,7 @@ def main() -> int:
     from demitasse.data import resolve_data_dir
 
     started = time.perf_counter()
-    source = Path(resolve_data_dir(args.data_dir)) / "beir" / "scifact"
+    source = Path(resolve_data_dir(args.data_dir)).resolve() / "beir" / "scifact"
     work = Path(args.work_dir or tempfile.mkdtemp(prefix=f"{NAME}-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
     subset, beir = "", source
