@@ -13,7 +13,7 @@ import pytest
 
 from demitasse.bulk.shards import code_type
 from demitasse.cli import main
-from demitasse.cli.arguments import precision_name
+from demitasse.cli.arguments import comma_list, precision_name
 from demitasse.cli.main import build_parser
 from demitasse.cli.specs import parse_compressor_specs, parse_precisions
 from demitasse.compress import (
@@ -70,8 +70,8 @@ def test_every_precision_and_compressor_option_of_the_cli_comes_from_the_registr
             if "--precision" in flags:
                 seen["precision"] += 1
                 assert action.choices is None, command
-                if action.type is not None:  # eval takes a comma-separated list
-                    assert action.type is precision_name, command
+                # eval takes a comma-separated list (each name checked when it is parsed)
+                assert action.type in (None, precision_name, comma_list), command
                 assert precision_help() in (action.help or ""), command
             elif "--rescore-precision" in flags:
                 assert action.choices is not None

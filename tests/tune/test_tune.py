@@ -790,7 +790,7 @@ def test_a_bad_budget_or_bad_codes_end_in_one_line(
     for codes, message in [
         ("rq8,int8", "--codes takes codebook codes such as rq16 or pq16"),
         ("rq0x", "unknown precision 'rq0x'"),
-        (",", "--codes takes codebook codes such as rq8,rq16, or none"),
+        (",", "--codes: is empty (',')"),
     ]:
         code, _, err = _run([*base, "--codes", codes, *out], capsys)
         _one_line_error(code, err, message)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from demitasse.arrays import arrow_vectors, check_float_vectors
-from demitasse.data._tables import check_columns
+from demitasse.data import check_columns
 from demitasse.data.files import check_text
 from demitasse.data.unicode import Replacements, arrow_texts
 from demitasse.errors import DataError, one_line

@@ -6,6 +6,7 @@ UTF-8, lone surrogates) is replaced with U+FFFD under one policy, with a warning
 (:mod:`demitasse.data.unicode`).
 """
 
+from demitasse.data._tables import check_columns
 from demitasse.data.augment import perturb_sentence, perturb_sentences
 from demitasse.data.beir import BeirDataset, load_beir, load_beir_folders, load_retrieval
 from demitasse.data.documents import read_documents
@@ -74,6 +75,7 @@ __all__ = [
     "Triples",
     "argument_text",
     "canonical_sts_name",
+    "check_columns",
     "check_embeddings_target",
     "check_finite",
     "check_texts",
