@@ -519,3 +519,13 @@ def test_serve_refuses_an_empty_model_name(
         with pytest.raises(DemitasseError, match="the model name is empty"):
             ServeSettings(name=name)
     assert ServeSettings(name="tiny").name == "tiny"
+
+
+def test_an_input_that_is_a_symlink_loop_is_one_line(tmp_path: Path) -> None:
+    """Path.resolve raises RuntimeError on a symlink loop (Python < 3.13): embed and
+    recompress, which expand --input as a glob, refuse it in one line."""
+    from demitasse.bulk.sources import expand_inputs
+
+    (tmp_path / "loop.txt").symlink_to("loop.txt")
+    with pytest.raises(DataError, match="Symlink loop"):
+        expand_inputs(str(tmp_path / "loop.txt"), ("text",))

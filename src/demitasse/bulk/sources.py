@@ -84,7 +84,10 @@ def expand_inputs(pattern: str, kinds: tuple[str, ...]) -> list[InputFile]:
     """The files ``pattern`` (a glob; ``**`` recurses) matches, sorted, all of ``kinds``."""
     # glob.glob, not Path.glob: the pattern may be absolute and hold wildcards in any part.
     matches = glob.glob(str(Path(pattern).expanduser()), recursive=True)  # noqa: PTH207
-    paths = sorted({Path(p).resolve() for p in matches})
+    try:
+        paths = sorted({Path(p).resolve() for p in matches})
+    except RuntimeError as exc:  # Path.resolve on a symlink loop (Python < 3.13)
+        raise DataError(f"--input {pattern!r}: {exc}") from None
     paths = [p for p in paths if p.is_file()]
     if not paths:
         raise DataError(f"--input {pattern!r} matches no file")
