@@ -244,18 +244,20 @@ def test_the_graph_carries_the_cut_and_the_exit_head(
         np.testing.assert_allclose(got[layer], expected[layer], atol=2e-5)
 
 
-def test_graphs_of_a_local_model_sit_beside_it_outside_its_fingerprint(
+def test_graphs_of_a_local_model_go_to_the_cache_not_into_its_folder(
     tiny_with_head: Path, onnx_cache: Path
 ) -> None:
     before = fingerprint_directory(tiny_with_head)
+    files = sorted(p.relative_to(tiny_with_head) for p in tiny_with_head.rglob("*"))
     model = CompressedModel(str(tiny_with_head), compressor="pca", dim=8, backend="onnx")
     model.fit(SENTENCES, data_label="backends-test")
     encoder = model.load_encoder()
     assert isinstance(encoder, TransformerEncoder)
     folder = graph_directory(encoder)
-    assert folder == tiny_with_head / ".demitasse-onnx"
+    assert folder == onnx_cache / "onnx" / encoder.name
     assert any(folder.glob("*.onnx"))
     assert fingerprint_directory(tiny_with_head) == before
+    assert sorted(p.relative_to(tiny_with_head) for p in tiny_with_head.rglob("*")) == files
 
 
 def test_the_backend_travels_with_a_saved_model(tiny_with_head: Path, tmp_path: Path) -> None:

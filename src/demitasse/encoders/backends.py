@@ -4,10 +4,10 @@ The transformer, cut after the deepest layer asked for, with its pooling and eac
 head, is exported once with ``torch.onnx.export`` into a graph whose outputs are exactly the
 vectors the torch encoder pools (before normalisation, which stays in numpy). ``onnx-int8``
 quantises that graph's weight matrices to int8 with ONNX Runtime's dynamic quantisation
-(per-channel weights, activations quantised per batch at run time). Graphs are cached beside
-a local model (``.demitasse-onnx/``, left out of the model's fingerprint) or, for packaged and
-hub models and read-only folders, under ``cache_root()/onnx``; the file name is a hash of the
-model's files and of everything that shapes the graph, and each file is written atomically.
+(per-channel weights, activations quantised per batch at run time). Graphs are cached under
+``cache_root()/onnx``, never inside the model's folder (the user's); the file name is a hash
+of the model's files and of everything that shapes the graph, and each file is written
+atomically.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 import warnings
 from collections.abc import Sequence
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from demitasse.encoders.base import check_backend
-from demitasse.encoders.cache import ONNX_CACHE_DIR, fingerprint_directory
+from demitasse.encoders.cache import fingerprint_directory
 from demitasse.encoders.onnx_graph import (
     GRAPH_CONFIG,
     GRAPH_FILES,
@@ -114,9 +113,8 @@ class _PooledGraph(torch.nn.Module):
 
 
 def graph_directory(encoder: TransformerEncoder) -> Path:
-    """Where ``encoder``'s graphs are cached: beside a writable local model, else the cache."""
-    if encoder.source == "directory" and os.access(encoder.path, os.W_OK):
-        return Path(encoder.path) / ONNX_CACHE_DIR
+    """Where ``encoder``'s graphs are cached: demitasse's cache, also for a local model, whose
+    folder is the user's (the file names hash its content, so two folders of one name differ)."""
     return cache_root() / "onnx" / encoder.name
 
 

@@ -43,9 +43,6 @@ from demitasse.errors import DemitasseError
 from demitasse.io import atomic_path
 
 HASH_BYTES = 16
-#: The folder beside a local model that holds the ONNX graphs exported from it (hidden: not
-#: part of the model's :func:`content_hash`).
-ONNX_CACHE_DIR = ".demitasse-onnx"
 #: The bound of the shared cache unless ``$DEMITASSE_CACHE_MAX_BYTES`` says otherwise.
 DEFAULT_MAX_BYTES = 2 << 30
 MAX_BYTES_VARIABLE = "DEMITASSE_CACHE_MAX_BYTES"
@@ -85,9 +82,8 @@ def text_hash(text: str) -> bytes:
 
 def content_files(path: Path) -> list[Path]:
     """The files a folder's content hash covers, sorted: every file under ``path`` except
-    hidden ones (a name starting with ``.`` at any depth: demitasse's output marker, the
-    ONNX graphs cached beside a local model in ``.demitasse-onnx/``, a hub's ``.cache/``,
-    ``.gitattributes``), which say nothing about what the folder computes. Links are
+    hidden ones (a name starting with ``.`` at any depth: demitasse's output marker, a hub's
+    ``.cache/``, ``.gitattributes``), which say nothing about what the folder computes. Links are
     followed (a hub snapshot links to its blobs), each folder once; a broken link is no file."""
     found, seen = [], set()
     for root, dirs, files in os.walk(path, followlinks=True):
