@@ -68,10 +68,11 @@ comma_list.__name__ = "comma-separated list"
 
 
 def non_blank(text: str) -> str:
-    """A name (``serve --name``) that must say something: empty or only spaces is a one-line
-    usage error (exit code 2), never taken for the flag not given."""
+    """A name or path (``serve --name``, ``--model``, ``--out``, a column) that must say
+    something: empty or only spaces is a one-line usage error (exit code 2), never taken for
+    the flag not given."""
     if not text.strip():
-        raise argparse.ArgumentTypeError(f"is empty ({text!r}); give a name")
+        raise argparse.ArgumentTypeError(f"is empty ({text!r}); give a name or path")
     return text
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from demitasse.cli.arguments import positive_int, precision_help_text, precision_name
+from demitasse.cli.arguments import non_blank, positive_int, precision_help_text, precision_name
 
 
 def add_bulk_parsers(commands: Any) -> None:  # argparse's subparsers action
@@ -23,11 +23,14 @@ def add_bulk_parsers(commands: Any) -> None:  # argparse's subparsers action
         required=True,
         help="glob of .parquet, .jsonl(.gz) or .txt(.gz) files, e.g. 'dir/*.jsonl'",
     )
-    embed.add_argument("--text-column", default="text", help="text column (Parquet, JSON Lines)")
+    embed.add_argument(
+        "--text-column", default="text", help="text column (Parquet, JSON Lines)", type=non_blank
+    )
     embed.add_argument(
         "--id-column",
         default=None,
         help="id column (default: ids '<file>:<line>' or '<file>:<row>')",
+        type=non_blank,
     )
     _common(embed)
     recompress = commands.add_parser(
@@ -41,12 +44,15 @@ def add_bulk_parsers(commands: Any) -> None:  # argparse's subparsers action
         "--id-column",
         default=None,
         help="id column (default: 'id' when the files have one, else ids '<file>:<row>')",
+        type=non_blank,
     )
     _common(recompress)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, help="output directory (shards + manifest.json)")
+    parser.add_argument(
+        "--out", required=True, help="output directory (shards + manifest.json)", type=non_blank
+    )
     parser.add_argument("--resume", action="store_true", help="complete an interrupted run")
     parser.add_argument(
         "--quiet", action="store_true", help="no progress (a bar, or a line every 30 s)"

@@ -17,6 +17,7 @@ from demitasse.cli.arguments import (
     add_backend_argument,
     comma_list,
     compressor_help_text,
+    non_blank,
     positive_int,
     precision_help_text,
 )
@@ -50,6 +51,7 @@ def add_eval_parser(commands: Any) -> None:  # argparse's subparsers action
         default=None,
         help="a model directory written by 'fit' (evaluated exactly as fitted), or an encoder "
         "name or directory to sweep with --layers/--compressor/--dims/--precision",
+        type=non_blank,
     )
     evaluate.add_argument(
         "--layers", type=comma_list, default=None, help="'all', 'last' (default) or e.g. 1,3,6"
@@ -67,6 +69,7 @@ def add_eval_parser(commands: Any) -> None:  # argparse's subparsers action
         default=None,
         help=f"text file to fit compressors on, or '{STSB_TRAIN}' (default: the STS-B train "
         "sentences that are in no STS test or dev split)",
+        type=non_blank,
     )
     evaluate.add_argument(
         "--precision",
@@ -135,20 +138,20 @@ def add_report_parser(commands: Any) -> None:
     """``report``: results files → Markdown + one HTML page."""
     report = commands.add_parser("report", help="render results as Markdown + one HTML page")
     report.add_argument("results", nargs="+", help="results.json files or folders holding one")
-    report.add_argument("--out", required=True, help="report directory")
+    report.add_argument("--out", required=True, help="report directory", type=non_blank)
     report.add_argument("--title", default="demitasse report")
 
 
 def add_demo_parser(commands: Any) -> None:
     """``demo``: truncation vs PCA at float32 and int8 on STS."""
     demo = commands.add_parser("demo", help="truncation vs PCA at float32 and int8 on STS")
-    demo.add_argument("--model", default=None)
+    demo.add_argument("--model", default=None, type=non_blank)
     _common(demo)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default=None, help="shared data folder ($DEMITASSE_DATA)")
-    parser.add_argument("--out", default=None, help="output directory")
+    parser.add_argument("--out", default=None, help="output directory", type=non_blank)
     parser.add_argument("--batch-size", type=positive_int, default=64)
 
 

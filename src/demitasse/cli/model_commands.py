@@ -15,6 +15,7 @@ from demitasse.cli.arguments import (
     add_backend_argument,
     add_overwrite_argument,
     compressor_help_text,
+    non_blank,
     positive_int,
     precision_help_text,
     precision_name,
@@ -65,7 +66,7 @@ def _add_fit_parser(commands: Any) -> None:
         default=None,
         help="a name for the fit data, recorded with the model (default: the input file's name)",
     )
-    fit.add_argument("--out", required=True, help="model directory to write")
+    fit.add_argument("--out", required=True, help="model directory to write", type=non_blank)
 
 
 def _add_fit_source_options(fit: argparse.ArgumentParser) -> None:
@@ -75,10 +76,13 @@ def _add_fit_source_options(fit: argparse.ArgumentParser) -> None:
         default=None,
         help="encoder: name or directory (default all-MiniLM-L6-v2); with --vectors, the "
         "encoder that made them (omit it for a vectors-only model)",
+        type=non_blank,
     )
     source.add_argument("--layer", type=positive_int, default=None, help="keep blocks 1..layer")
     source.add_argument("--texts", default=None, help=".txt, .jsonl, .parquet, .csv, .tsv")
-    source.add_argument("--text-column", default="text", help="column of --texts tables")
+    source.add_argument(
+        "--text-column", default="text", help="column of --texts tables", type=non_blank
+    )
     source.add_argument("--vectors", default=None, help="vectors: .npy or .parquet, or Parquet "
                         "shards, a glob ('dir/*.parquet') or a directory")  # fmt: skip
     source.add_argument("--vector-column", default="embedding",
@@ -101,7 +105,7 @@ def _add_encode_parser(commands: Any) -> None:
     encode = commands.add_parser("encode", help="texts → vectors or codes with a model")
     encode.add_argument("model", help="model directory written by 'fit'")
     encode.add_argument("--input", required=True, help=".txt, .jsonl, .parquet, .csv, .tsv")
-    encode.add_argument("--text-column", default="text")
+    encode.add_argument("--text-column", default="text", type=non_blank)
     _output_options(encode)
     encode.add_argument("--batch-size", type=positive_int, default=None)
     add_backend_argument(encode)
@@ -132,11 +136,13 @@ def _add_export_parser(commands: Any) -> None:
         "--layer", type=positive_int, default=None, help="encoder only: keep blocks 1..L"
     )
     export.add_argument("--dim", type=positive_int, default=None, help="default output width")
-    export.add_argument("--out", required=True, help="directory to write")
+    export.add_argument("--out", required=True, help="directory to write", type=non_blank)
 
 
 def _output_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, help=".npy or .parquet file to write")
+    parser.add_argument(
+        "--out", required=True, help=".npy or .parquet file to write", type=non_blank
+    )
     add_overwrite_argument(parser)
     parser.add_argument(
         "--dim", type=positive_int, default=None, help="output width (default: full)"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from demitasse.cli.arguments import non_negative_float, positive_float, positive_int
+from demitasse.cli.arguments import non_blank, non_negative_float, positive_float, positive_int
 
 
 def add_distill_static_parser(commands: Any) -> None:  # argparse's subparsers action
@@ -17,7 +17,9 @@ def add_distill_static_parser(commands: Any) -> None:  # argparse's subparsers a
         help="distil a static word-vector sentence encoder from a transformer (Wada et al.)",
     )
     static.add_argument("--corpus", required=True, help="text file or folder of *.txt(.gz)")
-    static.add_argument("--out", required=True, help="directory for the static model")
+    static.add_argument(
+        "--out", required=True, help="directory for the static model", type=non_blank
+    )
     static.add_argument(
         "--teacher", default="all-MiniLM-L6-v2", help="path or packaged name (WordPiece)"
     )
@@ -45,7 +47,9 @@ def add_distill_static_parser(commands: Any) -> None:  # argparse's subparsers a
         default=0.3,
         help="pull of each sentence toward its teacher embedding (0: similarities only)",
     )
-    static.add_argument("--work-dir", default=None, help="extraction checkpoints (resumable)")
+    static.add_argument(
+        "--work-dir", default=None, help="extraction checkpoints (resumable)", type=non_blank
+    )
     static.add_argument("--model2vec", default=None, help="also export the model2vec layout here")
 
 

@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from demitasse.cli.arguments import (
+    non_blank,
     positive_float,
     positive_int,
     precision_help_text,
@@ -46,8 +47,10 @@ def add_store_commands(commands: Any) -> None:  # argparse's subparsers action
                        "(id, text, optional title) or .txt (one per line)")  # fmt: skip
     index.add_argument("--db", required=True, help="LanceDB database directory")
     index.add_argument("--table", default=DEFAULT_TABLE, help=f"default {DEFAULT_TABLE}")
-    index.add_argument("--id-column", default=None, help="read ids from this column instead")
-    index.add_argument("--text-column", default=None,
+    index.add_argument(
+        "--id-column", default=None, help="read ids from this column instead", type=non_blank
+    )
+    index.add_argument("--text-column", default=None, type=non_blank,
                        help="read texts from this column instead of title + text")  # fmt: skip
     index.add_argument("--dim", type=positive_int, default=None, help="default: the model's")
     index.add_argument("--precision", type=precision_name, default=None,

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from demitasse.cli.arguments import comma_list, positive_float, positive_int
+from demitasse.cli.arguments import comma_list, non_blank, positive_float, positive_int
 
 TUNE_HELP = "find the cheapest configuration that keeps a target quality on your data"
 DEFAULT_COMPRESSORS = "truncate,pca,pca-whiten,adaptor"
@@ -28,7 +28,9 @@ def add_tune_parser(commands: Any) -> None:  # argparse's subparsers action
         "configuration that meets the target as a model directory (encode, eval and export "
         "take it), with records and an HTML report in the work folder.",
     )
-    tune.add_argument("--model", default="all-MiniLM-L6-v2", help="encoder: name or directory")
+    tune.add_argument(
+        "--model", default="all-MiniLM-L6-v2", help="encoder: name or directory", type=non_blank
+    )
     tune.add_argument("--static", default=None, help="also sweep this static model directory")
     data = tune.add_argument_group(
         "your data: --beir, or --corpus/--queries/--qrels, or --pairs, or --corpus alone "
@@ -77,11 +79,12 @@ def add_tune_parser(commands: Any) -> None:  # argparse's subparsers action
 
 
 def _add_run_options(tune: argparse.ArgumentParser) -> None:
-    tune.add_argument("--out", required=True, help="model directory to write")
+    tune.add_argument("--out", required=True, help="model directory to write", type=non_blank)
     tune.add_argument(
         "--work-dir",
         default=None,
         help="embedding cache, sweep results, records and report (default: OUT-tune next to --out)",
+        type=non_blank,
     )
     tune.add_argument(
         "--resume",
