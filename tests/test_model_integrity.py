@@ -310,3 +310,14 @@ def test_an_untouched_vectors_model_transforms_as_before(tmp_path: Path) -> None
     loaded = CompressedModel.load(model.save(tmp_path / "m"))
     np.testing.assert_array_equal(loaded.transform(vectors), model.transform(vectors))
     assert loaded.state_hash() == model.state_hash()
+
+
+@pytest.mark.parametrize("kind", ["other", 3, None])
+def test_a_config_of_another_kind_is_refused(tmp_path: Path, kind: object) -> None:
+    vectors = np.random.default_rng(0).standard_normal((40, 12)).astype(np.float32)
+    path = CompressedModel(compressor="pca", dim=4).fit(vectors=vectors).save(tmp_path / "m")
+    config = json.loads((path / "config.json").read_text())
+    config["kind"] = kind
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(DemitasseError, match="kind"):
+        CompressedModel.load(path)

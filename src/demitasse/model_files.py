@@ -277,7 +277,11 @@ def read_model_dir(path: str | Path) -> SavedModel:
     """Read a model directory, or a bare saved compressor (as a vectors-only model)."""
     path = Path(path)
     config = read_model_config(path)
-    if config.get("kind", "compressor") == "compressor":
+    kind = config.get("kind", "compressor")
+    if kind not in ("compressor", MODEL_KIND):
+        raise SavedStateError(f"invalid {CONFIG_FILE} in {path}: kind {kind!r} is neither "
+                              f"{MODEL_KIND!r} nor 'compressor'")  # fmt: skip
+    if kind == "compressor":
         compressor = load_compressor(path)
         fit_info = {"source": "vectors", "fit_data": compressor.fit_data_}
         return SavedModel(path, compressor, int(compressor.n_features_in_), fit_info)

@@ -22,6 +22,7 @@ from demitasse.cli.arguments import (
     non_blank,
     non_negative_float,
     non_negative_int,
+    port_number,
     positive_float,
     positive_int,
     precision_name,
@@ -457,6 +458,7 @@ NUMBER_TYPES = {
     precision_name: ["int4", "pq0x", "pq0", "PQ8", ""],
     comma_list: ["", " ", ",", " , "],
     non_blank: ["", "  "],
+    port_number: ["-1", "65536", "70000", "abc"],
 }
 
 

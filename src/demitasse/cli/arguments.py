@@ -49,6 +49,17 @@ def _number(minimum: float, *, inclusive: bool) -> Callable[[str], float]:
 positive_int = _integer(1)
 non_negative_int = _integer(0)
 positive_float = _number(0.0, inclusive=False)
+
+
+def port_number(text: str) -> int:
+    """A TCP port, 0 (any free one) to 65535."""
+    value = non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, got {value}")
+    return value
+
+
+port_number.__name__ = "port"
 non_negative_float = _number(0.0, inclusive=True)
 
 

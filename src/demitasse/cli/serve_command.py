@@ -14,6 +14,7 @@ from demitasse.cli.arguments import (
     non_blank,
     non_negative_float,
     non_negative_int,
+    port_number,
     positive_float,
     positive_int,
 )
@@ -32,7 +33,7 @@ def add_serve_parser(commands: Any) -> None:  # argparse's subparsers action
     )
     serve.add_argument("model", help="model directory, or encoder name / directory")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
-    serve.add_argument("--port", type=non_negative_int, default=8000, help="port (0: any free one)")
+    serve.add_argument("--port", type=port_number, default=8000, help="port (0: any free one)")
     serve.add_argument(
         "--name",
         type=non_blank,
