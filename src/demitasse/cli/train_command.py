@@ -34,9 +34,8 @@ def add_train_parser(commands: Any) -> None:  # argparse's subparsers action
         help="what the model learns: ese (Espresso, default), raw (the last layer) or mrl "
         "(Matryoshka prefixes)",
     )
-    train.add_argument(
-        "--model", default="all-MiniLM-L6-v2", help="path or packaged name", type=non_blank
-    )
+    train.add_argument("--model", default="all-MiniLM-L6-v2", type=non_blank,
+                       help="path or packaged name")  # fmt: skip
     train.add_argument(
         "--data",
         type=comma_list,
@@ -50,9 +49,8 @@ def add_train_parser(commands: Any) -> None:  # argparse's subparsers action
         default=None,
         help="train on at most the first N examples of each --data set (all)",
     )
-    train.add_argument(
-        "--out", required=True, help="run directory (resumes if it exists)", type=non_blank
-    )
+    train.add_argument("--out", required=True, type=non_blank,
+                       help="run directory (resumes if it exists)")  # fmt: skip
     train.add_argument("--loss", choices=("angle", "cosent", "ibn"), default="angle")
     train.add_argument("--epochs", type=positive_int, default=1)
     train.add_argument("--batch-size", type=positive_int, default=32)
