@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -23,6 +24,20 @@ from lab.templates import SectionTemplate
 HERE = Path(__file__).resolve().parent
 RESULTS_MD = HERE / "RESULTS.md"
 T = TypeVar("T")
+
+
+def page_head(title: str, command: str, machine: str, wall: float, note: str = "") -> list[str]:
+    """The first lines of a generated page: its title, the exact command (and ``note`` after
+    it), the machine, the wall time and the load the run ended under."""
+    return [
+        title,
+        "",
+        f"Command: `{command}`{note}",
+        "",
+        f"Machine: {machine}; wall time {wall:.0f} s; 1-minute load average at the end "
+        f"{os.getloadavg()[0]:.1f}.",
+        "",
+    ]
 
 
 def log(message: str) -> None:

@@ -17,14 +17,13 @@ all-mpnet-base-v2 needs ``make models-mpnet``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
 import numpy as np
 import torch
 
-from _common import HERE, RESULTS_MD, log
+from _common import HERE, RESULTS_MD, log, page_head
 from demitasse.data import load_unlabeled
 from demitasse.encoders.base import BACKENDS
 from demitasse.encoders.transformer import load_transformer
@@ -88,13 +87,12 @@ def page(records: list[ResultRecord], command: str, machine: str, wall: float) -
     texts = records[0].extra["texts"] if records else 0
     return "\n".join(
         [
-            "# ONNX backends against torch, text by text (`backend_agreement`)",
-            "",
-            f"Command: `{command}`",
-            "",
-            f"Machine: {machine}; wall time {wall:.0f} s; 1-minute load average at the end "
-            f"{os.getloadavg()[0]:.1f}.",
-            "",
+            *page_head(
+                "# ONNX backends against torch, text by text (`backend_agreement`)",
+                command,
+                machine,
+                wall,
+            ),
             f"{texts} sentences of the unlabeled corpora (seed 0), full depth, each backend's "
             "own vectors against torch's: the cosine of each text's pair of vectors, and the "
             "share of sign bits (a binary code of the full width) that differ.",

@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from _common import HERE, RESULTS_MD, log
+from _common import HERE, RESULTS_MD, log, page_head
 from demitasse.evaluation import ResultRecord, machine_description, write_records
 from demitasse.report import markdown_table
 from lab.results_file import update_section
@@ -2405,13 +2405,13 @@ def page(results: list[Result], command: str, machine: str, wall: float, partial
     failing = [r for r in results if r.outcome not in GOOD]
     accepted = [r for r in results if r.expect == EITHER and r.outcome == OK_SUCCEEDED]
     lines = [
-        "# Edge probe: bad inputs, tampered models, signals, hostile requests (`edge_probe`)",
-        "",
-        f"Command: `{command}`" + (" (a partial run)" if partial else ""),
-        "",
-        f"Machine: {machine}; wall time {wall:.0f} s; 1-minute load average at the end "
-        f"{os.getloadavg()[0]:.1f}.",
-        "",
+        *page_head(
+            "# Edge probe: bad inputs, tampered models, signals, hostile requests (`edge_probe`)",
+            command,
+            machine,
+            wall,
+            " (a partial run)" if partial else "",
+        ),
         "Each case runs `demitasse` in a subprocess with `OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 "
         "DEMITASSE_CACHE=$W/cache DEMITASSE_DATA=$W/no-data`, `$W` the probe's work folder "
         "(tiny random encoders, models fitted on them and on random vectors, inputs, files of "

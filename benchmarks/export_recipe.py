@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import HERE, RESULTS_MD, log
+from _common import HERE, RESULTS_MD, log, page_head
 from demitasse.evaluation import ResultRecord, machine_description, write_records
 from demitasse.report import markdown_table
 from lab.results_file import update_section
@@ -425,13 +425,12 @@ def page(facts: dict[str, Any], command: str, machine: str, wall: float) -> str:
     )
     versions = ", ".join(f"{p} {v}" for p, v in facts["versions"].items())
     lines = [
-        f"# A tuned binary + rescoring model, searched without demitasse (`{NAME}`)",
-        "",
-        f"Command: `{command}`",
-        "",
-        f"Machine: {machine}; wall time {wall:.0f} s; 1-minute load average at the end "
-        f"{os.getloadavg()[0]:.1f}.",
-        "",
+        *page_head(
+            f"# A tuned binary + rescoring model, searched without demitasse (`{NAME}`)",
+            command,
+            machine,
+            wall,
+        ),
         f"{MODEL} on SciFact: `demitasse tune` chose on the train judgements "
         f"({facts['tune_args']}); `eval`, the export's README recipe and the comparisons use "
         f"the test split ({facts['queries']} queries, {facts['documents']} documents).{subset} "
