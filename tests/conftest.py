@@ -38,6 +38,25 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
+@pytest.fixture
+def isolated_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """demitasse's cache in the test's own folder at its default bound, offline: cache tests
+    count hits and misses that no other test's vectors may change."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DEMITASSE_CACHE", str(cache))
+    monkeypatch.delenv("DEMITASSE_CACHE_MAX_BYTES", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return cache
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random transformer of 2 layers, 32 wide, built once per module."""
+    from tests.helpers import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"), layers=2, hidden=32)
+
+
 @pytest.fixture(autouse=True)
 def _signal_handlers_restored() -> Iterator[None]:
     """Tests that run the CLI in-process change SIGINT/SIGTERM/SIGHUP handling (to raise, or

@@ -160,3 +160,37 @@ def write_beir(folder: Path, n_docs: int = 48, n_queries: int = 16, seed: int = 
     for split in ("train", "test"):  # the same judgements: tune decides on train's
         (folder / "qrels" / f"{split}.tsv").write_text("\r\n".join(lines) + "\r\n")
     return folder
+
+
+#: Six scored sentence pairs: the small inputs of command-line tests (:func:`write_cli_inputs`).
+SCORED_PAIRS = [
+    ("a man plays the guitar", "a man plays the piano", 3.5),
+    ("a dog is running in the park", "a cat sits on the mat", 0.5),
+    ("the girl is eating food", "a girl is eating", 4.0),
+    ("a red car", "a blue car", 2.0),
+    ("the boy plays piano", "a child plays the piano", 4.5),
+    ("a woman is running", "the man sits in the car", 0.0),
+]
+
+
+def write_cli_inputs(root: Path) -> dict[str, Path]:
+    """Inputs of command-line tests in ``root``: a tiny model, :data:`SCORED_PAIRS` as CSV,
+    their sentences as text, 60 random 8-d vectors and a PCA-6 model fitted on them by
+    ``demitasse fit`` (its cache inside ``root``)."""
+    import pytest
+
+    from demitasse.cli import main
+
+    tiny = build_tiny_model(root / "tiny")
+    pairs = root / "pairs.csv"
+    rows = "".join(f"{a},{b},{s}\n" for a, b, s in SCORED_PAIRS)
+    pairs.write_text("sentence1,sentence2,score\n" + rows)
+    texts = root / "texts.txt"
+    texts.write_text("".join(f"{a}\n{b}\n" for a, b, _ in SCORED_PAIRS))
+    np.save(root / "v.npy", np.random.default_rng(0).standard_normal((60, 8)).astype(np.float32))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DEMITASSE_CACHE", str(root / "cache"))
+        fit = ["fit", "--vectors", str(root / "v.npy"), "--compressor", "pca", "--dim", "6"]
+        assert main([*fit, "--out", str(root / "pca")]) == 0
+    return {"root": root, "tiny": tiny, "pairs": pairs, "texts": texts,
+            "vectors": root / "v.npy", "pca": root / "pca"}  # fmt: skip

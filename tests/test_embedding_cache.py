@@ -23,23 +23,11 @@ from demitasse.encoders.cache import (
 )
 from demitasse.errors import DemitasseError
 from demitasse.loading import load_encoder
-from tests.helpers import SENTENCES, build_tiny_model
+from tests.helpers import SENTENCES
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "isolated_cache")
 
 DIM = 4
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), layers=2, hidden=32)
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("DEMITASSE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("DEMITASSE_CACHE_MAX_BYTES", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
 def _vectors(n: int, value: float = 1.0) -> dict[int, np.ndarray]:
@@ -54,20 +42,20 @@ def _shards(folder: Path) -> list[Path]:
 
 
 def test_the_shared_cache_lives_under_demitasse_cache_and_is_read_by_every_encoder(
-    tiny_model: Path, tmp_path: Path
+    tiny_encoder: Path, tmp_path: Path
 ) -> None:
-    encoder = load_encoder(tiny_model, device="cpu")
+    encoder = load_encoder(tiny_encoder, device="cpu")
     first = encoder.encode_layers(SENTENCES, [1, 2])
     (folder,) = shared_root().iterdir()
     assert shared_root() == tmp_path / "cache" / "embeddings"
     STATS.reset()
-    again = load_encoder(tiny_model, device="cpu").encode_layers(SENTENCES, [1, 2])
+    again = load_encoder(tiny_encoder, device="cpu").encode_layers(SENTENCES, [1, 2])
     assert (STATS.hits, STATS.misses) == (len(SENTENCES), 0)
     for layer in (1, 2):
         np.testing.assert_array_equal(again[layer], first[layer])
     # One layer cached is no hit for another: the layer keys the vectors too.
     STATS.reset()
-    load_encoder(tiny_model, device="cpu").encode(SENTENCES[:2], layer=1)
+    load_encoder(tiny_encoder, device="cpu").encode(SENTENCES[:2], layer=1)
     assert STATS.misses == 0
     (described,) = describe(shared_root())
     assert described.name == folder.name and described.layers == (1, 2)
@@ -75,19 +63,19 @@ def test_the_shared_cache_lives_under_demitasse_cache_and_is_read_by_every_encod
 
 
 def test_the_key_holds_the_content_the_sequence_length_pooling_and_backend(
-    tiny_model: Path, tmp_path: Path
+    tiny_encoder: Path, tmp_path: Path
 ) -> None:
     import shutil
 
     names = set()
     for options in ({}, {"max_seq_length": 16}, {"pooling": "cls"}, {"normalize": False}):
-        encoder = load_encoder(tiny_model, device="cpu", **options)
+        encoder = load_encoder(tiny_encoder, device="cpu", **options)
         encoder.encode(SENTENCES[:2])
         names.add(encoder._cache.directory.name)  # type: ignore[attr-defined]
     assert len(names) == 4
     # The same files elsewhere share the folder; one weight changed does not.
-    copy = tmp_path / tiny_model.name
-    shutil.copytree(tiny_model, copy)
+    copy = tmp_path / tiny_encoder.name
+    shutil.copytree(tiny_encoder, copy)
     same = load_encoder(copy, device="cpu")
     assert same._cache.directory.name in names  # type: ignore[attr-defined]
     with (copy / "model.safetensors").open("r+b") as handle:
@@ -98,10 +86,10 @@ def test_the_key_holds_the_content_the_sequence_length_pooling_and_backend(
 
 
 def test_a_bound_of_zero_turns_the_shared_cache_off(
-    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_encoder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DEMITASSE_CACHE_MAX_BYTES", "0")
-    load_encoder(tiny_model, device="cpu").encode(SENTENCES)
+    load_encoder(tiny_encoder, device="cpu").encode(SENTENCES)
     assert not shared_root().exists()
     assert open_cache("key", DIM) is None
     for text, expected in [("2G", 2 << 30), ("512M", 512 << 20), ("1000", 1000), (" ", 2 << 30)]:
@@ -213,11 +201,13 @@ def test_the_work_folder_is_read_first_and_keeps_a_copy_of_every_vector(tmp_path
     assert EmbeddingCache(tmp_path / "shared" / "k", dim=DIM).fill(["c"], _vectors(1)) == [0]
 
 
-def test_a_tune_encoder_reads_what_another_command_cached(tiny_model: Path, tmp_path: Path) -> None:
+def test_a_tune_encoder_reads_what_another_command_cached(
+    tiny_encoder: Path, tmp_path: Path
+) -> None:
     from demitasse.tune.encoding import open_encoder
 
-    load_encoder(tiny_model, device="cpu").encode(SENTENCES)  # eval, index, encode…
+    load_encoder(tiny_encoder, device="cpu").encode(SENTENCES)  # eval, index, encode…
     STATS.reset()
-    open_encoder(str(tiny_model), tmp_path / "work").encode(SENTENCES)
+    open_encoder(str(tiny_encoder), tmp_path / "work").encode(SENTENCES)
     assert (STATS.hits, STATS.misses) == (len(SENTENCES), 0)
     assert _shards(tmp_path / "work" / "embeddings")  # its copy, for resuming

@@ -28,17 +28,10 @@ import pytest
 from demitasse.cli import main
 from demitasse.errors import DemitasseError
 from demitasse.io import Interrupted, atomic_directory, atomic_path, remove_temporaries
-from tests.helpers import build_tiny_model
+from tests.helpers import SCORED_PAIRS as PAIRS
+from tests.helpers import write_cli_inputs
 
 REPO = Path(__file__).resolve().parents[1]
-PAIRS = [
-    ("a man plays the guitar", "a man plays the piano", 3.5),
-    ("a dog is running in the park", "a cat sits on the mat", 0.5),
-    ("the girl is eating food", "a girl is eating", 4.0),
-    ("a red car", "a blue car", 2.0),
-    ("the boy plays piano", "a child plays the piano", 4.5),
-    ("a woman is running", "the man sits in the car", 0.0),
-]
 
 
 # ---- shared inputs and checks ----------------------------------------------------------------
@@ -46,20 +39,7 @@ PAIRS = [
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("inputs")
-    tiny = build_tiny_model(root / "tiny")
-    pairs = root / "pairs.csv"
-    pairs.write_text("sentence1,sentence2,score\n" + "".join(f"{a},{b},{s}\n" for a, b, s in PAIRS))
-    texts = root / "texts.txt"
-    texts.write_text("".join(f"{a}\n{b}\n" for a, b, _ in PAIRS))
-    rng = np.random.default_rng(0)
-    np.save(root / "v.npy", rng.standard_normal((60, 8)).astype(np.float32))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DEMITASSE_CACHE", str(root / "cache"))
-        argv = ["fit", "--vectors", str(root / "v.npy"), "--compressor", "pca", "--dim", "6"]
-        assert main([*argv, "--out", str(root / "pca")]) == 0
-    return {"root": root, "tiny": tiny, "pairs": pairs, "texts": texts,
-            "vectors": root / "v.npy", "pca": root / "pca"}  # fmt: skip
+    return write_cli_inputs(tmp_path_factory.mktemp("inputs"))
 
 
 @pytest.fixture(scope="module")

@@ -32,37 +32,21 @@ import pytest
 from demitasse.cli import main
 from demitasse.io import MARKER, STALE_SECONDS, atomic_directory
 from tests.conftest import REPO
-from tests.helpers import build_tiny_model
+from tests.helpers import SCORED_PAIRS as PAIRS
+from tests.helpers import write_cli_inputs
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-PAIRS = [
-    ("a man plays the guitar", "a man plays the piano", 3.5),
-    ("a dog is running in the park", "a cat sits on the mat", 0.5),
-    ("the girl is eating food", "a girl is eating", 4.0),
-    ("a red car", "a blue car", 2.0),
-    ("the boy plays piano", "a child plays the piano", 4.5),
-    ("a woman is running", "the man sits in the car", 0.0),
-]
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("inputs")
-    pairs = root / "pairs.csv"
-    pairs.write_text("sentence1,sentence2,score\n" + "".join(f"{a},{b},{s}\n" for a, b, s in PAIRS))
-    texts = root / "texts.txt"
-    texts.write_text("".join(f"{a}\n{b}\n" for a, b, _ in PAIRS))
-    np.save(root / "v.npy", np.random.default_rng(0).standard_normal((60, 8)).astype(np.float32))
-    found = {"root": root, "tiny": build_tiny_model(root / "tiny"), "pairs": pairs,
-             "texts": texts, "vectors": root / "v.npy"}  # fmt: skip
+    found = write_cli_inputs(tmp_path_factory.mktemp("inputs"))
+    root = found["root"]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DEMITASSE_CACHE", str(root / "cache"))
-        fit = ["fit", "--vectors", str(root / "v.npy"), "--compressor", "pca", "--dim", "6"]
-        assert main([*fit, "--out", str(root / "pca")]) == 0
-        fit = ["fit", "--model", str(found["tiny"]), "--texts", str(texts), "--no-onnx"]
+        fit = ["fit", "--model", str(found["tiny"]), "--texts", str(found["texts"]), "--no-onnx"]
         assert main([*fit, "--compressor", "pca", "--out", str(root / "text-model")]) == 0
-    return {**found, "pca": root / "pca", "text-model": root / "text-model"}
+    return {**found, "text-model": root / "text-model"}
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ import pytest
 
 from demitasse.cli import main
 from demitasse.encoders.cache import STATS, shared_root
-from tests.helpers import build_tiny_model, random_documents, write_beir
+from tests.helpers import random_documents, write_beir
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 needs_lancedb = pytest.mark.skipif(
@@ -24,27 +24,19 @@ needs_faiss = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), layers=2, hidden=32)
-
-
 @pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("DEMITASSE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("DEMITASSE_CACHE_MAX_BYTES", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+def _isolated(isolated_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DEMITASSE_QUIET", "1")
 
 
 @pytest.fixture
-def fitted(tiny_model: Path, tmp_path: Path) -> tuple[Path, Path]:
+def fitted(tiny_encoder: Path, tmp_path: Path) -> tuple[Path, Path]:
     """A PCA model fitted on texts of its own, and documents none of them."""
     fit_texts, docs = tmp_path / "fit.txt", tmp_path / "docs.txt"
     fit_texts.write_text("\n".join(random_documents(40, seed=1)) + "\n")
     docs.write_text("\n".join(dict.fromkeys(random_documents(50, seed=2))) + "\n")
     model = tmp_path / "model"
-    argv = ["fit", "--model", str(tiny_model), "--texts", str(fit_texts), "--compressor", "pca",
+    argv = ["fit", "--model", str(tiny_encoder), "--texts", str(fit_texts), "--compressor", "pca",
             "--dim", "8", "--out", str(model)]  # fmt: skip
     assert main(argv) == 0
     return model, docs
@@ -100,13 +92,13 @@ def test_a_bound_of_zero_caches_nothing(
 @needs_lancedb
 def test_index_takes_vectors_computed_already(
     fitted: tuple[Path, Path],
-    tiny_model: Path,
+    tiny_encoder: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     model, docs = fitted
     vectors = tmp_path / "encoder.npy"  # the encoder's output, as published
-    assert main(["encode", str(tiny_model), "--input", str(docs), "--out", str(vectors)]) == 0
+    assert main(["encode", str(tiny_encoder), "--input", str(docs), "--out", str(vectors)]) == 0
     assert main(["cache", "--clear"]) == 0
     given = ["index", str(model), "--input", str(docs), "--db", str(tmp_path / "given")]
     STATS.reset()
@@ -140,15 +132,15 @@ def test_index_takes_vectors_computed_already(
 
 @needs_faiss
 def test_a_tune_after_an_eval_of_the_same_data_embeds_nothing(
-    tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tiny_encoder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     beir = write_beir(tmp_path / "beir")
     fit = tmp_path / "fit.txt"
     fit.write_text("\n".join(random_documents(40, seed=1)) + "\n")
-    evaluate = ["eval", "--model", str(tiny_model), "--beir", str(beir), "--dims", "32",
+    evaluate = ["eval", "--model", str(tiny_encoder), "--beir", str(beir), "--dims", "32",
                 "--fit-data", str(fit), "--out", str(tmp_path / "results")]  # fmt: skip
     assert _misses(evaluate) > 0
-    tune = ["tune", "--model", str(tiny_model), "--beir", str(beir), "--min-retention", "0.9",
+    tune = ["tune", "--model", str(tiny_encoder), "--beir", str(beir), "--min-retention", "0.9",
             "--compressors", "truncate", "--out", str(tmp_path / "chosen"),
             "--work-dir", str(tmp_path / "work")]  # fmt: skip
     assert _misses(tune) == 0
