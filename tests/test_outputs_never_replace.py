@@ -428,6 +428,26 @@ def test_4_eval_never_replaces_a_results_folder_holding_its_model(
     assert _tree(tmp_path) == before
 
 
+def test_4_the_library_never_saves_a_model_into_its_own_encoder_folder(
+    files: dict[str, Path],
+) -> None:
+    # The CLI's rule holds for CompressedModel.save too: a model saved inside (or as) its
+    # encoder's folder would change the encoder's files, and with them its fingerprint.
+    from demitasse import CompressedModel
+    from demitasse.errors import DemitasseError
+
+    model = CompressedModel.load(files["text-model"])
+    encoder = files["tiny"]
+    before = _tree(encoder)
+    for target in (encoder / "demitasse-model", encoder):
+        with pytest.raises(DemitasseError, match="input") as refused:
+            model.save(target)
+        assert str(encoder) in str(refused.value)
+    assert _tree(encoder) == before
+    elsewhere = model.save(files["root"] / "saved-elsewhere")  # the rule refuses nothing else
+    assert CompressedModel.load(elsewhere).config() == model.config()
+
+
 def test_4_outputs_of_one_command_are_apart(
     files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

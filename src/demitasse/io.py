@@ -520,13 +520,18 @@ def check_directory_target(
 
 @contextlib.contextmanager
 def atomic_directory(
-    target: str | Path, *, kind: str, recognise: Callable[[Path], bool] | None = None
+    target: str | Path,
+    *,
+    kind: str,
+    recognise: Callable[[Path], bool] | None = None,
+    inputs: Iterable[str | Path | None] = (),
 ) -> Iterator[Path]:
     """Yield a fresh temporary folder; on success it becomes ``target`` (see the module doc).
+    ``inputs``: what the output may not be, lie inside or hold (:func:`check_not_input`).
 
     The marker is written last, so a folder that lacks it was never completed.
     """
-    target = check_directory_target(target, kind, recognise)
+    target = check_directory_target(target, kind, recognise, inputs=inputs)
     tmp: Path | None = None
     old: Path | None = None
     try:

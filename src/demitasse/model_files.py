@@ -158,7 +158,9 @@ def write_model_dir(
     (it writes the folder it is handed)."""
     path = Path(path)
     config = {**config, "graph": None if graph is None else GRAPH_DIR}
-    with atomic_directory(path, kind=OUTPUT_KIND) as tmp:
+    # The library checks as the CLI does: a model saved into its own encoder folder would
+    # change the files (and the fingerprint) of the encoder it was fitted on.
+    with atomic_directory(path, kind=OUTPUT_KIND, inputs=[local_encoder(config)]) as tmp:
         _save_parts(tmp, parts)
         if graph is not None:
             graph(tmp / GRAPH_DIR)
@@ -265,12 +267,16 @@ def model_inputs(model: str | Path | None) -> list[str]:
     if model is None or not Path(model).expanduser().exists():
         return []
     found = [str(model)]
-    if is_model_dir(model):
-        encoder = read_model_config(model).get("encoder")
-        source = encoder.get("source") if isinstance(encoder, dict) else None
-        if isinstance(source, str) and Path(source).is_dir():
-            found.append(source)
-    return found
+    source = local_encoder(read_model_config(model)) if is_model_dir(model) else None
+    return found if source is None else [*found, source]
+
+
+def local_encoder(config: dict[str, Any]) -> str | None:
+    """The local folder a model's config names as its encoder's source (None for a hub name,
+    a static or vectors-only model)."""
+    encoder = config.get("encoder")
+    source = encoder.get("source") if isinstance(encoder, dict) else None
+    return source if isinstance(source, str) and Path(source).is_dir() else None
 
 
 def read_model_dir(path: str | Path) -> SavedModel:
