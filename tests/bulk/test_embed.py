@@ -122,6 +122,26 @@ def test_an_existing_output_needs_resume_and_a_foreign_folder_is_refused(
     assert (foreign / "notes.txt").read_text() == "mine"
 
 
+def test_run_bulk_in_python_never_writes_into_its_inputs(
+    models: Models, corpus: Path, tmp_path: Path
+) -> None:
+    """The CLI's rule lives in run_bulk itself: an output that is, holds or lies inside an
+    input (texts or the model) is refused before anything is written."""
+    from demitasse.bulk import EMBED, BulkJob, Columns, expand_inputs, run_bulk
+    from demitasse.errors import DemitasseError
+
+    texts = tmp_path / "texts"
+    shutil.copytree(corpus, texts)
+    inputs = expand_inputs(f"{texts}/*.txt", ("text",))
+    columns = Columns("text", None, "texts", id_required=False)
+    for out in (texts, tmp_path, models.int8 / "codes"):  # holds, holds, inside
+        before = folder_state(tmp_path), folder_state(models.int8)
+        job = BulkJob(EMBED, str(models.int8), inputs, out, columns)
+        with pytest.raises(DemitasseError, match="input"):
+            run_bulk(job, progress=False)
+        assert (folder_state(tmp_path), folder_state(models.int8)) == before
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [

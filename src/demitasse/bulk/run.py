@@ -12,6 +12,8 @@ from demitasse.bulk.manifest import Manifest, check_output_target, prepare_outpu
 from demitasse.bulk.ray_engine import RayOptions, run_ray
 from demitasse.bulk.sources import check_some_records
 from demitasse.errors import DemitasseError, UnknownNameError
+from demitasse.io_targets import check_not_input
+from demitasse.model_files import model_inputs
 from demitasse.progress import progress as show_progress
 
 logger = logging.getLogger(__name__)
@@ -39,6 +41,9 @@ def run_bulk(
         raise UnknownNameError(f"unknown engine {engine!r}; use local or ray")
     if job.on_error not in ("stop", "skip"):
         raise DemitasseError(f"--on-error must be stop or skip, got {job.on_error!r}")
+    # The output is none of the inputs, inside or holding one (shards written into the folder
+    # the input glob reads would be read back); it is resumed into, not read.
+    check_not_input(job.out, [*model_inputs(job.model), *(source.path for source in job.inputs)])
     # Before anything is written (a fresh manifest, or a resumed one): nothing to convert.
     check_some_records(job.inputs, job.columns.values)
     check_output_target(job.out)  # before minutes of model loading

@@ -121,7 +121,6 @@ def run_bulk_command(args: argparse.Namespace) -> int:
         # Without --id-column, an "id" column names the rows unless it holds the vectors.
         ids = args.id_column or (None if args.vector_column == "id" else "id")
         columns = Columns(args.vector_column, ids, "vectors", id_required=given)
-    _check_out(args, [source.path for source in inputs])
     job = BulkJob(
         command=EMBED if embed else RECOMPRESS,
         model=args.model,
@@ -143,15 +142,6 @@ def run_bulk_command(args: argparse.Namespace) -> int:
     )  # fmt: skip
     _report(manifest, args.out)
     return 0
-
-
-def _check_out(args: argparse.Namespace, files: list[Path]) -> None:
-    """The output folder is none of the inputs, inside or holding one (shards written into
-    the folder the input glob reads would be read back); it is resumed into, not read."""
-    from demitasse.io import check_not_input
-    from demitasse.model_files import model_inputs
-
-    check_not_input(args.out, [*model_inputs(args.model), *files])
 
 
 def _report(manifest: Any, out: str) -> None:
