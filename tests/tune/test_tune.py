@@ -905,3 +905,23 @@ def test_limits_and_targets_that_cannot_hold_end_in_one_line_and_keep_the_sweep(
     assert code == 0, err
     assert "chosen:" in printed
     assert (work / STORE_FILE).read_text() == stored  # nothing was measured again
+
+
+def test_tune_in_python_keeps_its_outputs_out_of_the_encoders_folder(
+    tiny_model: Path, beir: Path, tmp_path: Path
+) -> None:
+    """The CLI's rule in the library: the model and the work folder go neither into nor over
+    the encoder's folder, and not into each other, before any encoding."""
+    from demitasse.errors import DemitasseError
+
+    before = sorted(p.name for p in tiny_model.rglob("*"))
+    data = load_tune_data(beir=beir)
+    for out, work in (
+        (tiny_model / "tuned", tmp_path / "work"),
+        (tmp_path / "m", tiny_model / "work"),
+        (tmp_path / "m", tmp_path / "m" / "work"),
+    ):
+        with pytest.raises(DemitasseError, match="refusing to write"):
+            tune(str(tiny_model), data, Target(max_bytes=4), out=out, settings=_settings(work))
+    assert sorted(p.name for p in tiny_model.rglob("*")) == before
+    assert not (tmp_path / "m").exists() and not (tmp_path / "work").exists()

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from demitasse.errors import DataError
 from demitasse.evaluation.records import ResultRecord, write_records
-from demitasse.model import check_model_target
+from demitasse.io_targets import check_apart, check_not_input
+from demitasse.model_files import check_model_target, model_inputs
 from demitasse.report.render import ReportPaths
 from demitasse.tune.choice import (
     NoConfigurationError,
@@ -81,8 +82,12 @@ def tune(
     """Sweep ``model`` (and ``static``) on ``data``, choose by ``target``, write the chosen
     model to ``out``; records and the report go to ``settings.work_dir``."""
     laps = Laps()
-    # Refused now, not after the sweep.
-    out = check_model_target(out)
+    # Refused now, not after the sweep; as the CLI does, the model goes neither into nor over
+    # the encoders' own folders (that would change the files their fingerprints name).
+    read = [*model_inputs(model), *model_inputs(static)]
+    check_apart({"out": out, "work_dir": settings.work_dir})
+    out = check_model_target(out, inputs=read)
+    check_not_input(settings.work_dir, read)
     check_work_dir(settings.work_dir, resume=settings.resume)
     space = space or SweepSpace(search=data.kind != "pairs")
     sweep = Sweep(model, data, space, settings, static=static, started=laps.started)
