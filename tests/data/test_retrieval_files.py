@@ -314,3 +314,18 @@ def test_a_folder_of_beir_folders_names_them(tmp_path: Path) -> None:
     datasets = load_beir_folders([tmp_path / "cqadupstack"], "test")
     assert [d.name for d in datasets] == ["CQADupstack/android", "CQADupstack/gis"]
     assert all(d.qrels for d in datasets)
+
+
+def test_a_folder_without_test_judgements_is_evaluated_on_dev_unless_a_split_is_named(
+    tmp_path: Path,
+) -> None:
+    # BEIR's MS MARCO folder has train and dev judgements only; BEIR and MTEB evaluate on dev.
+    marco = _published_folder(tmp_path / "msmarco")
+    (marco / "qrels" / "test.tsv").rename(marco / "qrels" / "dev.tsv")
+    scifact = _published_folder(tmp_path / "scifact")
+    datasets = load_beir_folders([scifact, marco])
+    assert [d.name for d in datasets] == ["SciFact", "MSMARCO/dev"]  # the record names it
+    assert datasets[1].qrels == EXPECTED_QRELS
+    message = _one_line_error(load_beir_folders, [scifact, marco], "test")  # named: strict
+    assert "unknown split 'test' (no qrels/test.tsv); have: dev, train" in message
+    assert [d.name for d in load_beir_folders([marco], "train")] == ["MSMARCO/train"]

@@ -108,7 +108,12 @@ def _add_retrieval_options(evaluate: argparse.ArgumentParser) -> None:
     """``eval``'s retrieval data and the way the codes are searched."""
     group = evaluate.add_argument_group("retrieval (default: SciFact test)")
     group.add_argument("--beir", type=comma_list, default=None, help="BEIR folders, DIR[,DIR...]")
-    group.add_argument("--split", default="test", help="qrels split of the --beir folders")
+    group.add_argument(
+        "--split",
+        default=None,
+        type=non_blank,
+        help="qrels split of the --beir folders (default: test, else dev, as for MS MARCO)",
+    )
     group.add_argument("--corpus", default=None, help="documents: .jsonl/.tsv/.csv/.parquet")
     group.add_argument("--queries", default=None, help="queries: .jsonl/.tsv/.csv/.parquet")
     group.add_argument("--qrels", default=None, help="judgements: .tsv (query, doc, score), ...")

@@ -142,7 +142,7 @@ def _retrieval_data(args: argparse.Namespace) -> list[BeirDataset] | None:
     files = (args.corpus, args.queries, args.qrels)
     if args.beir and any(files):
         raise DemitasseError("give --beir or --corpus/--queries/--qrels, not both")
-    if args.split != "test" and not args.beir:
+    if args.split is not None and not args.beir:
         raise DemitasseError("--split applies to --beir folders")
     if args.beir:
         folders = [part.strip() for part in args.beir.split(",") if part.strip()]

@@ -190,6 +190,17 @@ def beir_splits(folder: str | Path) -> list[str]:
     return list(_split_files(Path(folder).expanduser()))
 
 
+#: The judgements an evaluation reads when no split is named: test, or dev where a folder has
+#: no test judgements (BEIR's MS MARCO folder, which BEIR and MTEB evaluate on dev).
+EVALUATION_SPLITS = ("test", "dev")
+
+
+def first_split(folder: str | Path, candidates: Sequence[str]) -> str | None:
+    """The first of ``candidates`` that ``folder`` has judgements for, or None."""
+    have = set(beir_splits(folder)) if Path(folder).expanduser().is_dir() else set()
+    return next((split for split in candidates if split in have), None)
+
+
 def _query_ids_of(path: Path) -> set[str]:
     """The query ids an other split judges; an unreadable file judges none."""
     try:
@@ -233,9 +244,10 @@ def load_beir(
 
 
 def load_beir_folders(
-    folders: Sequence[str | Path], split: str = "test", *, unknown_ids: str = "auto"
+    folders: Sequence[str | Path], split: str | None = None, *, unknown_ids: str = "auto"
 ) -> list[BeirDataset]:
     """One data set per BEIR folder (see :func:`load_beir`); their names must differ.
+    ``split`` None: each folder's first of :data:`EVALUATION_SPLITS` (test, else dev).
 
     A folder without a corpus whose sub-folders are BEIR folders (CQADupStack ships one per
     forum) stands for all of them, each named ``"<folder>/<sub-folder>"``: BEIR reports
@@ -249,7 +261,10 @@ def load_beir_folders(
     datasets: list[BeirDataset] = []
     origin: dict[str, Path] = {}
     for folder, name in (part for f in folders for part in _beir_parts(Path(f).expanduser())):
-        dataset = load_beir(folder, split, name, unknown_ids=unknown_ids)
+        chosen = split or first_split(folder, EVALUATION_SPLITS) or "test"
+        if chosen != (split or "test"):
+            logger.info("%s: no test judgements; evaluating its %s split", folder, chosen)
+        dataset = load_beir(folder, chosen, name, unknown_ids=unknown_ids)
         if dataset.name in origin:
             raise DataError(
                 f"{folder}: a second data set named {dataset.name!r} (the first is "

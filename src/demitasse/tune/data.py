@@ -27,6 +27,7 @@ from demitasse.data import (
     load_sts_path,
     read_documents,
 )
+from demitasse.data.beir import first_split
 from demitasse.errors import DataError
 
 logger = logging.getLogger(__name__)
@@ -119,13 +120,12 @@ def tune_split(beir: str | Path, split: str | None) -> str:
     train judgements, else its dev ones. Test judgements only when named: a configuration
     chosen on the queries it is then evaluated with scores optimistically there."""
     if split is None:
-        found = [s for s in ("train", "dev") if (Path(beir) / "qrels" / f"{s}.tsv").is_file()]
-        if not found:
+        split = first_split(beir, ("train", "dev"))
+        if split is None:
             raise DataError(
                 f"{beir} has no train or dev judgements: tuning on its test judgements "
                 "chooses on the queries you evaluate with; give --split test to do so knowingly"
             )
-        split = found[0]
     if split == "test":
         logger.warning(
             "tuning on the test judgements: figures measured on them afterwards are optimistic"
