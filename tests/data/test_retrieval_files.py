@@ -329,3 +329,15 @@ def test_a_folder_without_test_judgements_is_evaluated_on_dev_unless_a_split_is_
     message = _one_line_error(load_beir_folders, [scifact, marco], "test")  # named: strict
     assert "unknown split 'test' (no qrels/test.tsv); have: dev, train" in message
     assert [d.name for d in load_beir_folders([marco], "train")] == ["MSMARCO/train"]
+
+
+def test_a_tsv_score_written_as_an_integral_float_is_that_integer(tmp_path: Path) -> None:
+    # Some exports write grades as floats ("1.0"); tables with float grades were accepted
+    # already, TSV text was not. A fraction is no grade.
+    folder = _published_folder(tmp_path / "scifact")
+    rows = [("1", "0042", "1.0"), ("2", "7", "2"), ("2", "d3", "0.0")]
+    _qrels_tsv(folder / "qrels" / "test.tsv", rows, newline="\n")
+    assert load_beir(folder).qrels == EXPECTED_QRELS
+    _qrels_tsv(folder / "qrels" / "test.tsv", [("1", "0042", "0.5")], newline="\n")
+    message = _one_line_error(load_beir, folder)
+    assert message.endswith("test.tsv:2: score '0.5' is not an integer")

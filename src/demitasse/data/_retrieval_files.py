@@ -183,20 +183,24 @@ def read_id_texts(path: Path, *, with_title: bool, what: str) -> tuple[list[str]
 
 
 def _grade(value: Any, where: str) -> int:
-    """An integer grade: an int, an integral float (Parquet often stores grades as floats) or
-    the text of an integer."""
-    if isinstance(value, bool):
-        raise DataError(f"{where}: score {value!r} is not an integer")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
+    """An integer grade: an int, an integral float (Parquet often stores grades as floats), or
+    the text of either ("2", "1.0")."""
+    number = _number(value) if isinstance(value, str) else value
+    if isinstance(number, int) and not isinstance(number, bool):
+        return number
+    if isinstance(number, float) and number.is_integer():
+        return int(number)
+    raise DataError(f"{where}: score {value!r} is not an integer")
+
+
+def _number(text: str) -> int | float | str:
+    """``text`` as the int or float it spells, else itself."""
+    for kind in (int, float):
         try:
-            return int(value)
+            return kind(text)
         except ValueError:
             pass
-    raise DataError(f"{where}: score {value!r} is not an integer")
+    return text
 
 
 def _tsv_judgements(path: Path, replaced: Replacements) -> Iterator[Judgement]:
@@ -211,13 +215,9 @@ def _tsv_judgements(path: Path, replaced: Replacements) -> Iterator[Judgement]:
                 f"{where}: expected 3 tab-separated fields "
                 f"(query-id, corpus-id, score), got {len(fields)}"
             )
-        try:
-            grade = int(fields[2])
-        except ValueError:
-            if lineno == 1:  # the header
-                continue
-            raise DataError(f"{where}: score {fields[2]!r} is not an integer") from None
-        yield Judgement(where, fields[0], fields[1], grade)
+        if lineno == 1 and isinstance(_number(fields[2]), str):  # the header
+            continue
+        yield Judgement(where, fields[0], fields[1], _grade(fields[2], where))
 
 
 def _table_judgements(path: Path, kind: str, replaced: Replacements) -> Iterator[Judgement]:
