@@ -241,3 +241,21 @@ def test_embed_refuses_the_text_column_as_the_id_column(
         _embed(models.int8, corpus, tmp_path / "out", "--id-column", "text"), capsys
     )
     assert code == 2 and err.count("\n") == 1 and "name two different columns" in err, err
+
+
+def test_embed_refuses_a_text_column_for_text_files_but_reads_tables_with_it(
+    models: Models, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.jsonl").write_text('{"body": "a man plays"}\n')
+    code, _, _ = run_cli(_embed(models.int8, corpus, tmp_path / "out", "--text-column", "body"),
+                         capsys)  # fmt: skip
+    assert code == 0
+    (corpus / "b.txt").write_text("a dog runs\n")
+    code, _, err = run_cli(
+        _embed(models.int8, corpus, tmp_path / "out2", "--text-column", "body"), capsys
+    )
+    assert code == 2 and err.count("\n") == 1, err
+    assert "b.txt is a text file (one text a line): --text-column applies to" in err
+    assert not (tmp_path / "out2").exists()

@@ -252,6 +252,26 @@ ROWS: list[tuple[str, list[str], str]] = [
     ),
     ("encode", ["{text_model}", "--input", "{texts}", "--out", "{victim}"], "victim"),
     ("encode", ["{text_model}", "--input", "{texts}", "--out", "{folder_npy}"], "directory"),
+    # A column names a part of a table; a .txt (one text a line) has none.
+    (
+        "encode",
+        ["{text_model}", "--input", "{texts}", "--text-column", "body", "--out", "{new}/o.npy"],
+        "texts.txt is a text file (one text a line): it has no column",
+    ),
+    (
+        "fit",
+        [
+            "--model",
+            "{tiny}",
+            "--texts",
+            "{texts}",
+            "--text-column",
+            "body",
+            "--out",
+            "{new}/model",
+        ],
+        "texts.txt is a text file (one text a line): it has no column",
+    ),
     ("encode", ["{text_model}", "--input", "{texts}", "--out", "{link_npy}"], "symbolic link"),
     (
         "encode",

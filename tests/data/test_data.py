@@ -536,6 +536,10 @@ def test_read_texts_errors(tmp_path: Path) -> None:
     with pytest.raises(DataError) as err:
         read_texts(tmp_path / "c.csv")
     one_line_error(err, "missing column(s) 'text'")
+    (tmp_path / "lines.txt").write_text("a\nb\n")
+    with pytest.raises(DataError) as err:  # one text a line: no column to name
+        read_texts(tmp_path / "lines.txt", column="text")
+    one_line_error(err, "lines.txt is a text file (one text a line): it has no column 'text'")
     (tmp_path / "doc.pdf").write_text("x")
     with pytest.raises(DataError) as err:
         read_texts(tmp_path / "doc.pdf")

@@ -341,6 +341,7 @@ def test_cli_bad_input_ends_in_one_line_with_exit_code_2(
 ) -> None:
     ids, texts, _ = corpus
     (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "lines.txt").write_text("\n".join(texts[:3]) + "\n")
     pq.write_table(pa.table({"id": ids[:3], "body": texts[:3]}), tmp_path / "notext.parquet")
     other = models["float32"].save(tmp_path / "other")
     db = str(tmp_path / "db")
@@ -349,6 +350,7 @@ def test_cli_bad_input_ends_in_one_line_with_exit_code_2(
         ((*index, str(tmp_path / "missing.jsonl")), "file not found"),
         ((*index, str(tmp_path / "notext.parquet")), "no text column"),
         ((*index, str(tmp_path / "empty.jsonl")), "empty"),
+        ((*index, str(tmp_path / "lines.txt"), "--text-column", "body"), "is a text file"),
         (("search", str(model_dir), "--db", db, "--query", "a cat"), "no table 'documents'"),
     ]
     for argv, message in refusals:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from typing import Any
 
 from demitasse.compress import check_precision, compressor_choices, precision_help
 from demitasse.encoders.base import BACKENDS
@@ -143,3 +144,14 @@ def add_overwrite_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true",
                         help="replace --out if the file exists (it is never one of the "
                         "command's inputs)")  # fmt: skip
+
+
+def add_text_column_argument(parser: argparse.ArgumentParser | Any, default: str = "text") -> None:
+    """``--text-column``: the column of table inputs that holds the texts. Unset, it is
+    ``default``; given, it is refused for a text file (one text a line has no columns)."""
+    parser.add_argument(
+        "--text-column",
+        default=None,
+        type=non_blank,
+        help=f"column of table inputs holding the texts (default: {default}); not for .txt",
+    )

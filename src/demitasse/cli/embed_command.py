@@ -9,7 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from demitasse.cli.arguments import non_blank, positive_int, precision_help_text, precision_name
+from demitasse.cli.arguments import (
+    add_text_column_argument,
+    non_blank,
+    positive_int,
+    precision_help_text,
+    precision_name,
+)
+from demitasse.errors import DataError
 
 
 def add_bulk_parsers(commands: Any) -> None:  # argparse's subparsers action
@@ -23,9 +30,7 @@ def add_bulk_parsers(commands: Any) -> None:  # argparse's subparsers action
         required=True,
         help="glob of .parquet, .jsonl(.gz) or .txt(.gz) files, e.g. 'dir/*.jsonl'",
     )
-    embed.add_argument(
-        "--text-column", default="text", help="text column (Parquet, JSON Lines)", type=non_blank
-    )
+    add_text_column_argument(embed)
     embed.add_argument(
         "--id-column",
         default=None,
@@ -114,7 +119,13 @@ def run_bulk_command(args: argparse.Namespace) -> int:
     embed = args.command == "embed"
     if embed:
         inputs = expand_inputs(args.input, ("text", "jsonl", "parquet"))
-        columns = Columns(args.text_column, args.id_column, "texts")
+        text_file = next((source for source in inputs if source.kind == "text"), None)
+        if args.text_column is not None and text_file is not None:
+            raise DataError(
+                f"{text_file.path} is a text file (one text a line): --text-column applies to "
+                "Parquet and JSON Lines inputs"
+            )
+        columns = Columns(args.text_column or "text", args.id_column, "texts")
     else:
         inputs = expand_inputs(args.input, ("parquet",))
         given = args.id_column is not None

@@ -14,6 +14,7 @@ import numpy as np
 from demitasse.cli.arguments import (
     add_backend_argument,
     add_overwrite_argument,
+    add_text_column_argument,
     compressor_help_text,
     non_blank,
     positive_int,
@@ -80,9 +81,7 @@ def _add_fit_source_options(fit: argparse.ArgumentParser) -> None:
     )
     source.add_argument("--layer", type=positive_int, default=None, help="keep blocks 1..layer")
     source.add_argument("--texts", default=None, help=".txt, .jsonl, .parquet, .csv, .tsv")
-    source.add_argument(
-        "--text-column", default="text", help="column of --texts tables", type=non_blank
-    )
+    add_text_column_argument(source)
     source.add_argument("--vectors", default=None, help="vectors: .npy or .parquet, or Parquet "
                         "shards, a glob ('dir/*.parquet') or a directory")  # fmt: skip
     source.add_argument("--vector-column", default="embedding",
@@ -105,7 +104,7 @@ def _add_encode_parser(commands: Any) -> None:
     encode = commands.add_parser("encode", help="texts → vectors or codes with a model")
     encode.add_argument("model", help="model directory written by 'fit'")
     encode.add_argument("--input", required=True, help=".txt, .jsonl, .parquet, .csv, .tsv")
-    encode.add_argument("--text-column", default="text", type=non_blank)
+    add_text_column_argument(encode)
     _output_options(encode)
     encode.add_argument("--batch-size", type=positive_int, default=None)
     add_backend_argument(encode)

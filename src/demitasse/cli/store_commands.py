@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from demitasse.cli.arguments import (
+    add_text_column_argument,
     non_blank,
     positive_float,
     positive_int,
@@ -50,8 +51,7 @@ def add_store_commands(commands: Any) -> None:  # argparse's subparsers action
     index.add_argument(
         "--id-column", default=None, help="read ids from this column instead", type=non_blank
     )
-    index.add_argument("--text-column", default=None, type=non_blank,
-                       help="read texts from this column instead of title + text")  # fmt: skip
+    add_text_column_argument(index, default="title + text")
     index.add_argument("--dim", type=positive_int, default=None, help="default: the model's")
     index.add_argument("--precision", type=precision_name, default=None,
                        help=precision_help_text("codes of the index (default: the model's "
@@ -125,8 +125,8 @@ def _read_documents(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
     if args.id_column is None and args.text_column is None:
         return read_documents(args.input)
+    texts = read_texts(args.input, column=args.text_column, aligned=True)
     ids = read_texts(args.input, column=args.id_column or "id", aligned=True)
-    texts = read_texts(args.input, column=args.text_column or "text", aligned=True)
     if not all(ids):
         raise DataError(f"{args.input}: a row has an empty id")
     return ids, texts

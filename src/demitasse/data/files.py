@@ -78,12 +78,17 @@ def load_scored_pairs(
 
 
 def read_texts(
-    path: str | Path, column: str = "text", limit: int | None = None, *, aligned: bool = False
+    path: str | Path,
+    column: str | None = None,
+    limit: int | None = None,
+    *,
+    aligned: bool = False,
 ) -> list[str]:
     """Unlabeled texts, stripped, blanks skipped, at most ``limit``.
 
-    ``.txt`` / ``.txt.gz`` hold one text per line; .jsonl(.gz), .parquet, .csv and .tsv files
-    hold them in ``column``. ``aligned=True`` keeps one text per row, in order (blank rows as
+    ``.txt`` / ``.txt.gz`` hold one text per line (a ``column`` given for one is refused: it
+    has none); .jsonl(.gz), .parquet, .csv and .tsv files hold them in ``column`` (default
+    ``"text"``). ``aligned=True`` keeps one text per row, in order (blank rows as
     ``""``), so outputs line up with the input; a missing or non-string value is then an error
     rather than skipped or turned into text with ``str()``. Invalid UTF-8 and lone surrogates
     become U+FFFD, with one warning for the file (:mod:`demitasse.data.unicode`).
@@ -91,6 +96,12 @@ def read_texts(
     if limit is not None and limit < 1:
         raise DataError(f"text limit must be a positive number, got {limit}")
     path = _nonempty_file(path)
+    if column is not None and _is_text_file(path):
+        raise DataError(
+            f"{path} is a text file (one text a line): it has no column {column!r}; a column "
+            "applies to .jsonl, .parquet, .csv and .tsv inputs"
+        )
+    column = column or "text"
     with Replacements(str(path), "line" if _is_text_file(path) else "record") as replaced:
         values = _values(path, column, replaced)
         texts = _texts_of(values, (path, column), limit, aligned, replaced)
