@@ -26,10 +26,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tqdm.auto import tqdm
-
 from demitasse.errors import DemitasseError
 from demitasse.io import signals_held
+from demitasse.progress import progress as show_progress
 
 logger = logging.getLogger(__name__)
 
@@ -276,11 +275,12 @@ def run_loop(
     state = (store.load() if store is not None else None) or LoopState()
     if state.finished:
         return state
-    bar = tqdm(
+    bar = show_progress(
+        description,
         total=total_steps(settings, steps_per_epoch),
+        unit="steps",
         initial=state.step,
-        desc=description,
-        disable=not settings.progress,
+        enabled=settings.progress,
     )
     try:
         return _Loop(task, settings, state, store, bar).run()

@@ -39,10 +39,10 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from demitasse.compress import CodebookQuantizer, Int8Quantizer, Quantizer
 from demitasse.errors import DataError, IncompatibleInputError, UnknownNameError
+from demitasse.progress import tracked
 from demitasse.scan import POPCOUNT, AsymmetricScan, FlatIndex, best_first
 
 if TYPE_CHECKING:
@@ -172,7 +172,9 @@ def exact_search(
     scores = np.empty((queries.shape[0], k), np.float32)
     rows = np.empty((queries.shape[0], k), np.int64)
     starts = range(0, queries.shape[0], batch_size)
-    for start in tqdm(starts, desc=f"{metric} search", disable=len(starts) < 4, leave=False):
+    for start in tracked(
+        starts, f"{metric} search", unit="batches", enabled=len(starts) >= 4, leave=False
+    ):
         stop = start + batch_size
         distances, found = index.search(queries[start:stop], k)
         if metric == "hamming":

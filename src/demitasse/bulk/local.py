@@ -29,7 +29,8 @@ def settled_shards(manifest: Manifest, file: int) -> set[int] | None:
 
 
 def run_local(job: BulkJob, model: CompressedModel, manifest: Manifest, progress: Any) -> None:
-    """Write every pending shard of ``job``; ``progress`` (a tqdm bar) counts records."""
+    """Write every pending shard of ``job``; ``progress`` (a :func:`demitasse.progress.progress`
+    counter) counts records."""
     sink = ShardSink(job, manifest, model)
     try:
         for index in range(len(job.inputs)):

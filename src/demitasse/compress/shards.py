@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from demitasse.arrays import arrow_vectors
 from demitasse.compress.sampling import Reservoir
 from demitasse.compress.statistics import VectorStatistics
 from demitasse.errors import DataError, DemitasseError, UnknownNameError, one_line
+from demitasse.progress import tracked
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ def iter_shard_vectors(
     for path in paths:
         check_vector_column(path, column)
     width: int | None = None
-    for path in tqdm(paths, desc="reading vector shards", unit="shard", disable=None):
+    for path in tracked(paths, "reading vector shards", unit="shards"):
         first = 0
         try:
             batches = pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=[column])

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from demitasse.data import check_texts
 from demitasse.encoders.base import check_backend, check_batch_size
@@ -39,6 +38,7 @@ from demitasse.encoders.cache import CacheChain, EmbeddingCache, encode_through,
 from demitasse.encoders.file_hashes import file_sha256
 from demitasse.errors import DemitasseError
 from demitasse.io import read_json
+from demitasse.progress import tracked
 
 GRAPH_KIND = "onnx-encoder"
 GRAPH_FORMAT_VERSION = 1
@@ -338,7 +338,7 @@ class OnnxGraphEncoder:
             show = len(texts) >= PROGRESS_MIN_TEXTS and not os.environ.get("DEMITASSE_QUIET")
         session = self._sessions[self.backend]
         starts = range(0, len(texts), batch_size)
-        for start in tqdm(starts, desc=f"encoding with {self.name}", disable=not show):
+        for start in tracked(starts, f"encoding with {self.name}", unit="batches", enabled=show):
             idx = order[start : start + batch_size]
             (vectors,) = session.run(self.tokenize([texts[i] for i in idx]))
             if self.normalize:

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
-from tqdm.auto import tqdm
 from transformers import BatchEncoding
 
 from demitasse.data import check_texts
@@ -24,6 +23,7 @@ from demitasse.encoders.packing import PackedBatch, pack_rows, packed_batch, unp
 from demitasse.encoders.resolve import DEFAULT_MODEL, resolve_model
 from demitasse.errors import DemitasseError
 from demitasse.io import signals_held
+from demitasse.progress import tracked
 
 POOLINGS = ("mean", "cls", "max", "lasttoken")
 PROGRESS_MIN_TEXTS = 2048
@@ -294,7 +294,9 @@ class TransformerEncoder:
         starts = range(0, len(texts), batch_size)
         run = self._onnx_batch(layers) if self.backend != "torch" else self._torch_batch
         with torch.inference_mode(), self.cut_to(max(layers)):
-            for start in tqdm(starts, desc=f"encoding with {self.name}", disable=not show):
+            for start in tracked(
+                starts, f"encoding with {self.name}", unit="batches", enabled=show
+            ):
                 idx = order[start : start + batch_size]
                 # A signal waits for the batch: inside torch's C++ code, a KeyboardInterrupt
                 # raised in a callback into Python would abort the process.

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from demitasse.data.senteval_classification import (
     ClassificationSet,
@@ -38,6 +37,7 @@ from demitasse.data.senteval_classification import (
 )
 from demitasse.errors import DataError, DemitasseError, require_library
 from demitasse.evaluation.tasks import EmbeddedTexts, Score, Task, with_average
+from demitasse.progress import tracked
 
 # On standardised features. SentEval's grid 2^-2 … 2^4 is for raw unit-norm embeddings, whose
 # coordinates are about 20 times smaller at 384 dims, so the same C regularises ~400 times more
@@ -289,11 +289,10 @@ class ClassificationTask(Task):
         return [t for dataset in self.sets for t in dataset.all_texts()]
 
     def evaluate(self, embedded: EmbeddedTexts) -> list[Score]:
-        if self.show_progress is not None:
-            disable: bool | None = not self.show_progress
-        else:  # None: tqdm shows the bar on a terminal only
-            disable = True if os.environ.get("DEMITASSE_QUIET") else None
-        sets = tqdm(self.sets, desc="classification probes", leave=False, disable=disable)
+        show = self.show_progress
+        if show is None:
+            show = not os.environ.get("DEMITASSE_QUIET")
+        sets = tracked(self.sets, "classification probes", unit="sets", enabled=show, leave=False)
         from threadpoolctl import threadpool_limits
 
         with threadpool_limits(limits=self.settings.threads):

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from demitasse.compress import Quantizer, compressor_class, make_compressor, make_quantizer
 from demitasse.compress.vocabulary import resolve_auto
@@ -18,6 +17,7 @@ from demitasse.evaluation.records import ResultRecord, rescoring_extra
 from demitasse.evaluation.tasks import EmbeddedTexts, Task
 from demitasse.model import CompressedModel, encoder_vectors
 from demitasse.pipeline import Stages, fit_quantizer, fit_rescore_store
+from demitasse.progress import progress as show_progress
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def evaluate_grid(
     usable_dims = sorted({d for d in dims if d <= full_dim}, reverse=True)
     records: list[ResultRecord] = []
     n_configs = len(layers) * len(precisions) * sum(_n_dims(s, usable_dims) for s in specs)
-    bar = tqdm(total=n_configs, desc="evaluating configurations", disable=not progress)
+    bar = show_progress("configurations evaluated", total=n_configs, enabled=progress)
     for layer in layers:
         store = _encoder_store(tasks, vectors[layer], fit_vectors.get(layer))
         for spec in specs:

@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
-from tqdm.auto import tqdm
 
 from demitasse.encoders.transformer import TransformerEncoder, pool
 from demitasse.errors import DataError, DemitasseError
 from demitasse.io import atomic_path, atomic_write_json
+from demitasse.progress import progress as show_progress
 from demitasse.static.model import StaticModel
 from demitasse.static.vocabulary import (
     build_vocabulary,
@@ -158,12 +158,12 @@ class WordVectorExtractor:
         self._started = time.perf_counter()
         harvested = self._resume(checkpoints, settings) if checkpoints else 0
         end = len(texts) if self.harvest_limit is None else min(len(texts), self.harvest_limit)
-        bar = tqdm(
+        bar = show_progress(
+            f"extracting from {teacher.name}",
             total=end,
+            unit="texts",
             initial=min(harvested, end),
-            desc=f"extracting from {teacher.name}",
-            disable=not self.progress,
-            smoothing=0.05,
+            enabled=self.progress,
         )
         for start in range(harvested, end, self.chunk_size):
             chunk = texts[start : min(start + self.chunk_size, end)]

@@ -16,9 +16,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from tokenizers import Encoding, Tokenizer
-from tqdm.auto import tqdm
 
 from demitasse.errors import DemitasseError
+from demitasse.progress import tracked
 
 COUNT_BATCH = 4096
 
@@ -68,7 +68,7 @@ def count_words(
     unk_id = unknown_id(tokenizer)
     counts: Counter[str] = Counter()
     starts = range(0, len(texts), COUNT_BATCH)
-    for start in tqdm(starts, desc="counting words", disable=not progress):
+    for start in tracked(starts, "counting words", unit="batches", enabled=progress):
         batch = list(texts[start : start + COUNT_BATCH])
         for encoding in tokenizer.encode_batch(batch, add_special_tokens=False):
             counts.update(word for word, _ in word_spans(encoding, prefix, unk_id))

@@ -38,12 +38,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from tqdm.auto import tqdm
 
 from demitasse.data import check_texts
 from demitasse.errors import DataError, DemitasseError, one_line
 from demitasse.io import atomic_write_json
 from demitasse.pipeline import RescoreStore, search_prepared
+from demitasse.progress import tracked
 from demitasse.provenance import ProvenanceError, check_provenance
 from demitasse.search import QuantizedIndex, check_k, rescore_depth
 from demitasse.store._layout import (
@@ -400,7 +400,7 @@ class _BatchStream:
     def _batches(self) -> Iterator[pa.RecordBatch]:
         schema, layout, model = self.layout.schema(), self.layout, self.model
         starts = range(0, len(self.ids), self.batch_size)
-        for begin in tqdm(starts, desc="index", unit="batch", disable=len(starts) < 2):
+        for begin in tracked(starts, "index", unit="batches", enabled=len(starts) >= 2):
             end = begin + self.batch_size
             texts = self.texts[begin:end]
             from demitasse.model import encoder_vectors

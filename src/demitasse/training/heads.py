@@ -34,10 +34,11 @@ import torch.nn.functional as F  # noqa: N812  (torch convention)
 from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 from sklearn.base import BaseEstimator
-from tqdm.auto import tqdm
 
 from demitasse.errors import DataError, DemitasseError
 from demitasse.io import atomic_write_json
+from demitasse.progress import progress as show_progress
+from demitasse.progress import tracked
 from demitasse.training.losses import PairBatch, make_base_loss
 from demitasse.training.model import SentenceModel
 from demitasse.training.trainer import TrainingSet, epoch_batches
@@ -163,7 +164,9 @@ def compute_layer_features(
     model.eval()
     computed: dict[int, np.ndarray] = {}
     starts = range(0, len(missing), CHUNK)
-    for start in tqdm(starts, desc="layer features", disable=not progress or not missing):
+    for start in tracked(
+        starts, "layer features", unit="batches", enabled=progress and bool(missing)
+    ):
         chunk = missing[start : start + CHUNK]
         part = _encode_chunk(model, chunk, batch_size)
         if store is not None:
@@ -351,7 +354,7 @@ class ExitHeadDistiller(BaseEstimator):
         warmup = max(1, round(0.1 * total))
         base = make_base_loss(self.loss)
         self.history_: list[float] = []
-        bar = tqdm(total=total, desc="exit heads", disable=not self.progress)
+        bar = show_progress("exit heads", total=total, unit="steps", enabled=self.progress)
         for epoch in range(self.epochs):
             running = []
             for step_in_epoch, (rows, pair_batch) in enumerate(plan.epoch(epoch)):
