@@ -231,12 +231,18 @@ def test_the_same_column_named_twice_ends_in_one_line(
     assert not (tmp_path / "out").exists()
 
 
+def _one_record_corpus(tmp_path: Path, record: dict[str, str]) -> Path:
+    """A corpus folder holding one JSON Lines file of ``record``."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.jsonl").write_text(json.dumps(record) + "\n")
+    return corpus
+
+
 def test_embed_refuses_the_text_column_as_the_id_column(
     models: Models, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    (corpus / "a.jsonl").write_text('{"id": "a", "text": "a man plays"}\n')
+    corpus = _one_record_corpus(tmp_path, {"id": "a", "text": "a man plays"})
     code, _, err = run_cli(
         _embed(models.int8, corpus, tmp_path / "out", "--id-column", "text"), capsys
     )
@@ -246,9 +252,7 @@ def test_embed_refuses_the_text_column_as_the_id_column(
 def test_embed_refuses_a_text_column_for_text_files_but_reads_tables_with_it(
     models: Models, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    (corpus / "a.jsonl").write_text('{"body": "a man plays"}\n')
+    corpus = _one_record_corpus(tmp_path, {"body": "a man plays"})
     code, _, _ = run_cli(_embed(models.int8, corpus, tmp_path / "out", "--text-column", "body"),
                          capsys)  # fmt: skip
     assert code == 0
