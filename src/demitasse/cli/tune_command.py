@@ -173,18 +173,14 @@ def run_tune(args: argparse.Namespace) -> int:
 
 
 def _check_outputs(args: argparse.Namespace, out: Path, work: Path) -> None:
-    """``--out`` and ``--work-dir``, before the data are read: neither one of the inputs,
-    inside or holding one, nor the other (the model written at the end would be refused
-    there, or swap the sweep away)."""
-    from demitasse.io_targets import check_apart, check_not_input
-    from demitasse.model_files import check_model_target, model_inputs
+    """``--out`` and ``--work-dir``, before the data are read (:func:`check_tune_outputs`),
+    against the encoders' folders and the data files."""
+    from demitasse.model_files import model_inputs
+    from demitasse.tune.run import check_tune_outputs
 
     given = (args.beir, args.corpus, args.queries, args.qrels, args.pairs)
     inputs = [*model_inputs(args.model), *model_inputs(args.static), *given]
-    check_apart({"--out": out, "--work-dir": work})
-    check_model_target(out, inputs=inputs)
-    # The work folder is resumed into (--resume): it is an output, checked as one.
-    check_not_input(work, inputs)
+    check_tune_outputs(out, work, inputs, names=("--out", "--work-dir"))
 
 
 def _print_result(result: Any) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +70,23 @@ class TuneResult:
         return pareto_front(self.outcomes, self.budget)
 
 
+def check_tune_outputs(
+    out: str | Path,
+    work_dir: str | Path,
+    inputs: Sequence[str | Path | None],
+    names: tuple[str, str] = ("out", "work_dir"),
+) -> Path:
+    """``out`` as a Path if tune may write its model there and its work in ``work_dir``, before
+    any work: neither one of ``inputs`` (the encoders' folders: their fingerprints name their
+    files; the data), inside or holding one, nor the other (the model written at the end would
+    be refused there, or swap the sweep away). ``names``: how errors name the two."""
+    check_apart(dict(zip(names, (out, work_dir), strict=True)))
+    target = check_model_target(out, inputs=inputs)
+    # The work folder is resumed into (--resume): it is an output, checked as one.
+    check_not_input(work_dir, inputs)
+    return target
+
+
 def tune(
     model: str,
     data: TuneData,
@@ -82,12 +100,7 @@ def tune(
     """Sweep ``model`` (and ``static``) on ``data``, choose by ``target``, write the chosen
     model to ``out``; records and the report go to ``settings.work_dir``."""
     laps = Laps()
-    # Refused now, not after the sweep; as the CLI does, the model goes neither into nor over
-    # the encoders' own folders (that would change the files their fingerprints name).
-    read = [*model_inputs(model), *model_inputs(static)]
-    check_apart({"out": out, "work_dir": settings.work_dir})
-    out = check_model_target(out, inputs=read)
-    check_not_input(settings.work_dir, read)
+    out = check_tune_outputs(out, settings.work_dir, [*model_inputs(model), *model_inputs(static)])
     check_work_dir(settings.work_dir, resume=settings.resume)
     space = space or SweepSpace(search=data.kind != "pairs")
     sweep = Sweep(model, data, space, settings, static=static, started=laps.started)
