@@ -49,8 +49,8 @@ ENCODER_AGREEMENT = re.compile(r" {2}(\d+) texts: float32 cosine min ([\d.]+)")
 def run_checks() -> str:
     """Both scripts' output (stdout and stderr, shown as they run); exits on a failed check."""
     lines: list[str] = []
+    env = dict(os.environ, CORE_VENV=os.environ.get("CORE_VENV", "/tmp/demitasse-core"))
     for script in SCRIPTS:
-        env = dict(os.environ, CORE_VENV=os.environ.get("CORE_VENV", "/tmp/demitasse-core"))
         with subprocess.Popen(
             script, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         ) as process:
@@ -79,19 +79,21 @@ def _record(model: str, method: str, metric: str, score: float, **extra: object)
     )
 
 
+def _size(venv: str, mib: float) -> ResultRecord:
+    """A venv's size, in MiB (``du``'s unit) with MB in ``extra``."""
+    return _record("venv", venv, "size_mib", mib, mb=round(mib * MB_PER_MIB, 1))
+
+
 def parse_output(output: str, full_mib: float) -> Iterator[ResultRecord]:
     """The figures the scripts print, as records (method: ``core`` or ``full``)."""
     command = encoder = install = ""
-    yield _record("venv", "full", "size_mib", full_mib, mb=round(full_mib * MB_PER_MIB, 1))
+    yield _size("full", full_mib)
     for line in output.splitlines():
         if match := SIZE.search(line):
-            core, bare = float(match[1]), float(match[2])
-            yield _record("venv", "core", "size_mib", core, mb=round(core * MB_PER_MIB, 1))
-            yield _record("venv", "bare", "size_mib", bare, mb=round(bare * MB_PER_MIB, 1))
+            yield _size("core", float(match[1]))
+            yield _size("bare", float(match[2]))
         elif match := EXTRAS_SIZE.search(line):
-            size = float(match[1])
-            extras = "core+serve+vectordb"
-            yield _record("venv", extras, "size_mib", size, mb=round(size * MB_PER_MIB, 1))
+            yield _size("core+serve+vectordb", float(match[1]))
         elif match := IMPORT.search(line):
             yield _record(match[1], "core", "import_ms", float(match[2]))
         elif match := COMMAND.match(line):

@@ -12,8 +12,8 @@
 # (.venv, or $FULL_VENV) it builds a vectors-only model (PCA 16 + int8 on random vectors) and
 # a static model (a random word-vector table with a WordPiece tokenizer) with PCA 16 + int8 on
 # top, then runs in both venvs `transform`, `recompress`, `encode`, `embed`, `index` + `search`
-# (LanceDB) and, in the core venv, `serve`, and compares: float vectors by cosine per row (>= 0.9999), codes, ids and
-# hits exactly. Prints each command's time in both venvs. Exits non-zero on any failure.
+# (LanceDB) and, in the core venv, `serve`, and compares: float vectors by cosine per row
+# (>= 0.9999), codes, ids and hits exactly. Prints each command's time in both venvs. Exits non-zero on any failure.
 # (scripts/check_core_runtime.sh does the same for a transformer encoder kept as an ONNX graph.)
 set -euo pipefail
 

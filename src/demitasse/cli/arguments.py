@@ -146,9 +146,10 @@ def add_overwrite_argument(parser: argparse.ArgumentParser) -> None:
                         "command's inputs)")  # fmt: skip
 
 
-def add_text_column_argument(parser: argparse.ArgumentParser | Any, default: str = "text") -> None:
-    """``--text-column``: the column of table inputs that holds the texts. Unset, it is
-    ``default``; given, it is refused for a text file (one text a line has no columns)."""
+def add_text_column_argument(parser: Any, default: str = "text") -> None:
+    """``--text-column`` on ``parser`` (a parser or an argument group): the column of table
+    inputs that holds the texts. Unset, it is ``default``; given, it is refused for a text file
+    (one text a line has no columns)."""
     parser.add_argument(
         "--text-column",
         default=None,

@@ -197,7 +197,7 @@ EVALUATION_SPLITS = ("test", "dev")
 
 def first_split(folder: str | Path, candidates: Sequence[str]) -> str | None:
     """The first of ``candidates`` that ``folder`` has judgements for, or None."""
-    have = set(beir_splits(folder)) if Path(folder).expanduser().is_dir() else set()
+    have = beir_splits(folder)
     return next((split for split in candidates if split in have), None)
 
 
@@ -262,7 +262,7 @@ def load_beir_folders(
     origin: dict[str, Path] = {}
     for folder, name in (part for f in folders for part in _beir_parts(Path(f).expanduser())):
         chosen = split or first_split(folder, EVALUATION_SPLITS) or "test"
-        if chosen != (split or "test"):
+        if split is None and chosen != "test":
             logger.info("%s: no test judgements; evaluating its %s split", folder, chosen)
         dataset = load_beir(folder, chosen, name, unknown_ids=unknown_ids)
         if dataset.name in origin:
