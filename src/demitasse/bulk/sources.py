@@ -170,13 +170,8 @@ def count_records(source: InputFile) -> int:
     """How many records ``source`` holds (raw lines or Parquet metadata; nothing decoded).
     A file unreadable part way counts the records before the damage, plus one."""
     if source.kind == "parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        try:
-            return int(pq.ParquetFile(source.path).metadata.num_rows)
-        except (pa.ArrowException, OSError):
-            return 1
+        rows = _parquet_rows(source)
+        return 1 if rows is None else rows
     count = 0
     try:
         for _, raw in _raw_lines(source):
@@ -186,18 +181,24 @@ def count_records(source: InputFile) -> int:
     return count
 
 
+def _parquet_rows(source: InputFile) -> int | None:
+    """The rows a Parquet file's metadata counts (nothing decoded); None if it cannot be read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return int(pq.ParquetFile(source.path).metadata.num_rows)
+    except (pa.ArrowException, OSError):
+        return None
+
+
 def has_records(source: InputFile) -> bool:
     """Whether ``source`` holds a record, found without reading past the first one (raw lines
     or Parquet metadata; nothing decoded). A file that cannot be read counts as holding one:
     the run reads it, and names the damage (or skips it, with ``--on-error skip``)."""
     if source.kind == "parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        try:
-            return int(pq.ParquetFile(source.path).metadata.num_rows) > 0
-        except (pa.ArrowException, OSError):
-            return True
+        rows = _parquet_rows(source)
+        return rows is None or rows > 0
     try:
         return any(source.kind == "text" or raw.strip() for _, raw in _raw_lines(source))
     except DataError:
