@@ -50,6 +50,7 @@ def _number(minimum: float, *, inclusive: bool) -> Callable[[str], float]:
 positive_int = _integer(1)
 non_negative_int = _integer(0)
 positive_float = _number(0.0, inclusive=False)
+non_negative_float = _number(0.0, inclusive=True)
 
 
 def port_number(text: str) -> int:
@@ -61,7 +62,6 @@ def port_number(text: str) -> int:
 
 
 port_number.__name__ = "port"
-non_negative_float = _number(0.0, inclusive=True)
 
 
 def comma_list(text: str) -> str:
